@@ -1,0 +1,69 @@
+"""brooq: a PostgreSQL-backed job queue. Jobs are rows of one table; workers are processes.
+
+Public API::
+
+    queue = brooq.Queue(dsn_or_pool)
+
+    @queue.kind("email.send", max_attempts=5, attempt_timeout="1m")
+    def send(claim: brooq.Claim) -> None: ...
+
+    job_id, created = queue.enqueue(brooq.Job(topic="email.send", payload={...}))
+    queue.enqueue(job, conn=my_conn)      # inside your own transaction
+"""
+
+from brooq.queue import Drained, Queue, enqueue_async
+from brooq.vocabulary import (
+    AttemptTimedOut,
+    BrooqError,
+    CancelJob,
+    Claim,
+    Delay,
+    EnqueueConflict,
+    Enqueued,
+    Interrupted,
+    InvalidJob,
+    InvalidKindOptions,
+    InvalidTopic,
+    Job,
+    JobCanceledWhileRunning,
+    JobNotFound,
+    JobRecord,
+    KindOptions,
+    Lease,
+    LeaseLost,
+    PreserveAttempt,
+    State,
+    StoreUnavailable,
+    Topic,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttemptTimedOut",
+    "BrooqError",
+    "CancelJob",
+    "Claim",
+    "Delay",
+    "Drained",
+    "EnqueueConflict",
+    "Enqueued",
+    "Interrupted",
+    "InvalidJob",
+    "InvalidKindOptions",
+    "InvalidTopic",
+    "Job",
+    "JobCanceledWhileRunning",
+    "JobNotFound",
+    "JobRecord",
+    "KindOptions",
+    "Lease",
+    "LeaseLost",
+    "PreserveAttempt",
+    "Queue",
+    "State",
+    "StoreUnavailable",
+    "Topic",
+    "__version__",
+    "enqueue_async",
+]

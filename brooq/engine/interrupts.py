@@ -1,0 +1,89 @@
+"""Soft interrupts inside a running handler: timeout, lease lost, canceled.
+
+A signal handler raises the matching :class:`brooq.Interrupted` in the main
+thread while an attempt is armed, and only then: outside an attempt the
+signal is remembered, never raised into brooq's own code. Coroutine
+handlers get their task cancelled instead, and the reason is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from types import FrameType
+
+from brooq.vocabulary import AttemptTimedOut, Interrupted, JobCanceledWhileRunning, LeaseLost
+
+SIGNAL_REASONS: dict[int, type[Interrupted]] = {
+    signal.SIGALRM: AttemptTimedOut,
+    signal.SIGUSR1: LeaseLost,
+    signal.SIGUSR2: JobCanceledWhileRunning,
+}
+"""The signal each interrupt arrives by; the supervisor sends USR1/USR2 to a child."""
+
+
+class InterruptScope:
+    """Turns SIGALRM/SIGUSR1/SIGUSR2 into Interrupted exceptions during an attempt."""
+
+    def __init__(self) -> None:
+        self._armed = False
+        self._installed = False
+        self._task: asyncio.Task[object] | None = None
+        self.fired: type[Interrupted] | None = None
+
+    @property
+    def available(self) -> bool:
+        """Signals can only be handled in the main thread."""
+        return threading.current_thread() is threading.main_thread()
+
+    def install(self) -> None:
+        """Install the signal handlers (main thread only; idempotent)."""
+        if self._installed or not self.available:
+            return
+        for signum in SIGNAL_REASONS:
+            signal.signal(signum, self._on_signal)
+        self._installed = True
+
+    def uninstall(self) -> None:
+        """Restore default dispositions."""
+        if not self._installed:
+            return
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        for signum in SIGNAL_REASONS:
+            signal.signal(signum, signal.SIG_DFL)
+        self._installed = False
+
+    @contextlib.contextmanager
+    def attempt(self, timeout: timedelta | None) -> Iterator[None]:
+        """Arm interrupts (and the timeout alarm) for the body of the block."""
+        self.install()
+        self.fired = None
+        if self._installed and timeout is not None and timeout > timedelta(0):
+            signal.setitimer(signal.ITIMER_REAL, timeout.total_seconds())
+        self._armed = True
+        try:
+            yield
+        finally:
+            self._armed = False
+            self._task = None
+            if self._installed:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+
+    def watch_task(self, task: asyncio.Task[object]) -> None:
+        """Cancel ``task`` rather than raising, when an interrupt arrives while it runs."""
+        self._task = task
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        reason = SIGNAL_REASONS[signum]
+        if not self._armed or self.fired is not None:
+            return
+        self.fired = reason
+        if self._task is not None and not self._task.done():
+            self._task.cancel(reason.reason)
+            return
+        self._armed = False
+        raise reason()

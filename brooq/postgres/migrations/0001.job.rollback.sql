@@ -1,0 +1,2 @@
+DROP TABLE job;
+DROP FUNCTION brooq_uuid7();

@@ -1,0 +1,164 @@
+-- brooq's SQL, all of it. Each statement is named by a `-- name:` line and
+-- loaded once by brooq/postgres/sql.py. Parameters are %(name)s placeholders.
+-- Every write about an attempt is guarded by state = 'processing', the holder
+-- and the attempt number (the fencing token): zero rows means the lease is
+-- lost, which is a normal result, never an error.
+
+-- name: enqueue_one
+-- One job. ON CONFLICT makes (topic, idempotency_key) idempotent; the caller
+-- looks the existing row up when nothing comes back.
+WITH inserted AS (
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at)
+    VALUES (%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s, COALESCE(%(available_at)s, now()))
+    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, topic
+), notified AS (
+    SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
+)
+SELECT id FROM inserted
+WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
+
+-- name: enqueue_many
+WITH inserted AS (
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at)
+    SELECT id, topic, payload, idempotency_key, COALESCE(available_at, now())
+    FROM unnest(%(ids)s::uuid[], %(topics)s::text[], %(payloads)s::jsonb[],
+                %(keys)s::text[], %(available_ats)s::timestamptz[])
+         AS input(id, topic, payload, idempotency_key, available_at)
+    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, topic
+), notified AS (
+    SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM inserted) t
+    WHERE %(notify)s
+)
+SELECT id FROM inserted
+WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
+
+-- name: existing_keys
+-- The rows that already held the idempotency keys an enqueue did not insert.
+SELECT job.topic, job.idempotency_key, job.id
+FROM job
+JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_key)
+  USING (topic, idempotency_key)
+
+-- name: claim_topic
+-- The next ready job of one topic: one scan of job_claim_idx.
+UPDATE job
+SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+    attempts = attempts + 1, updated_at = now()
+WHERE id = (
+    SELECT id FROM job
+    WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
+    ORDER BY available_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
+)
+RETURNING id, topic, payload, attempts, locked_until
+
+-- name: claim_topics
+-- The next ready job of several topics: the head of each topic's index range
+-- (one short scan per topic), then the earliest of those heads.
+UPDATE job
+SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+    attempts = attempts + 1, updated_at = now()
+WHERE id = (
+    SELECT head.id
+    FROM unnest(%(topics)s::text[]) AS served(topic)
+    CROSS JOIN LATERAL (
+        SELECT id, available_at FROM job
+        WHERE state IN ('pending', 'failed') AND topic = served.topic AND available_at <= now()
+        ORDER BY available_at, id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS head
+    ORDER BY head.available_at, head.id
+    LIMIT 1
+)
+RETURNING id, topic, payload, attempts, locked_until
+
+-- name: settle
+-- Write the outcome of one attempt, if this holder still holds this attempt.
+UPDATE job
+SET state = %(state)s,
+    attempts = GREATEST(attempts - %(refund)s, 0),
+    available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s ELSE available_at END,
+    last_error = COALESCE(%(error)s, last_error),
+    updated_at = now()
+WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s AND attempts = %(attempt)s
+
+-- name: heartbeat
+-- Extend every lease still held, in one statement whatever their number.
+UPDATE job
+SET locked_until = now() + %(lease)s
+FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
+     AS held(id, holder, attempt)
+WHERE job.id = held.id AND job.state = 'processing'
+  AND job.locked_by = held.holder AND job.attempts = held.attempt
+RETURNING job.id
+
+-- name: requeue_expired
+-- The reaper: a lease ran out (the holder's host or supervisor died). Not a
+-- failure, so attempts stay as they are; safe to run from many supervisors.
+UPDATE job
+SET state = 'pending', locked_by = NULL, locked_until = NULL,
+    available_at = now(), updated_at = now()
+WHERE state = 'processing' AND locked_until < now()
+RETURNING topic
+
+-- name: delete_terminal
+-- Retention: one batch of terminal rows older than the TTL, oldest first.
+DELETE FROM job
+WHERE id IN (
+    SELECT id FROM job
+    WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
+    ORDER BY updated_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING topic
+
+-- name: cancel
+-- Cancel a job that is not terminal yet; a running handler learns through
+-- the NOTIFY (fast) or its next heartbeat (lease lost).
+WITH canceled AS (
+    UPDATE job
+    SET state = 'canceled', updated_at = now(),
+        last_error = COALESCE('canceled: ' || %(reason)s, last_error)
+    WHERE id = %(id)s AND state IN ('pending', 'failed', 'processing')
+    RETURNING id
+), notified AS (
+    SELECT pg_notify('brooq_cancel', id::text) FROM canceled
+)
+SELECT id FROM canceled
+WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
+
+-- name: get
+-- The fate of a job: one SELECT.
+SELECT id, topic, payload, state, attempts, available_at, locked_by, locked_until,
+       idempotency_key, last_error, created_at, updated_at
+FROM job
+WHERE id = %(id)s
+
+-- name: depth
+-- Rows per topic and state, and the age of the oldest ready row per topic.
+SELECT topic, state, count(*) AS jobs,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(available_at))
+                FILTER (WHERE state IN ('pending', 'failed') AND available_at <= now()), 0)
+           AS oldest_ready_s
+FROM job
+GROUP BY topic, state
+ORDER BY topic, state
+
+-- name: running
+-- What is in flight and who holds it.
+SELECT id, topic, locked_by, attempts, EXTRACT(EPOCH FROM locked_until - now()) AS lease_left_s
+FROM job
+WHERE state = 'processing'
+ORDER BY locked_until
+
+-- name: recent_dead
+SELECT id, topic, attempts, last_error, updated_at
+FROM job
+WHERE state = 'dead' AND updated_at > now() - %(since)s
+ORDER BY updated_at DESC
+LIMIT %(limit)s

@@ -1,0 +1,294 @@
+"""The PostgreSQL implementation of the Store port: guarded statements from queries.sql."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+
+from brooq.engine.outcome import Outcome, SettleKind
+from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
+from brooq.postgres.connect import Connector
+from brooq.postgres.sql import sql
+from brooq.vocabulary import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    EnqueueConflict,
+    Enqueued,
+    Job,
+    JobNotFound,
+    JobRecord,
+    SettleHook,
+    State,
+    encode_payload,
+    new_job_id,
+    parse_job_id,
+)
+
+Row = tuple[Any, ...]
+
+
+class PreparedBatch:
+    """Jobs encoded and given ids, ready for one enqueue statement."""
+
+    def __init__(self, jobs: Sequence[Job], max_payload_bytes: int) -> None:
+        self.jobs = list(jobs)
+        self.ids = [new_job_id() for _ in self.jobs]
+        self.payloads = [encode_payload(j.payload, max_bytes=max_payload_bytes) for j in self.jobs]
+
+    def params_one(self, notify: bool) -> dict[str, Any]:
+        """Parameters of ``enqueue_one`` for a batch of one."""
+        job = self.jobs[0]
+        return {"id": self.ids[0], "topic": job.topic, "payload": self.payloads[0],
+                "key": job.idempotency_key, "available_at": job.available_at, "notify": notify}
+
+    def params_many(self, notify: bool) -> dict[str, Any]:
+        """Parameters of ``enqueue_many``."""
+        return {
+            "ids": self.ids,
+            "topics": [j.topic for j in self.jobs],
+            "payloads": self.payloads,
+            "keys": [j.idempotency_key for j in self.jobs],
+            "available_ats": [j.available_at for j in self.jobs],
+            "notify": notify,
+        }
+
+    def statement(self) -> str:
+        """The enqueue statement fitting this batch."""
+        return sql("enqueue_one") if len(self.jobs) == 1 else sql("enqueue_many")
+
+    def params(self, notify: bool) -> dict[str, Any]:
+        """The parameters of :meth:`statement`."""
+        return self.params_one(notify) if len(self.jobs) == 1 else self.params_many(notify)
+
+    def missing_keys(self, inserted: set[str]) -> dict[str, list[str]]:
+        """The (topic, key) pairs of jobs that were not inserted."""
+        topics, keys = [], []
+        for job_id, job in zip(self.ids, self.jobs, strict=True):
+            if job_id not in inserted and job.idempotency_key is not None:
+                topics.append(job.topic)
+                keys.append(job.idempotency_key)
+        return {"topics": topics, "keys": keys}
+
+    def results(self, inserted: set[str], existing: Iterable[Row]) -> list[Enqueued]:
+        """One Enqueued per job, in order: created, or the id of the row that held the key."""
+        held = {(topic, key): str(job_id) for topic, key, job_id in existing}
+        out = []
+        for job_id, job in zip(self.ids, self.jobs, strict=True):
+            if job_id in inserted:
+                out.append(Enqueued(job_id, True))
+            elif (job.topic, job.idempotency_key) in held:
+                out.append(Enqueued(held[(job.topic, job.idempotency_key)], False))
+            else:
+                raise EnqueueConflict(
+                    f"idempotency key {job.idempotency_key!r} of topic {job.topic!r} is held by a "
+                    "row this transaction cannot see (a concurrent or REPEATABLE READ "
+                    "transaction); retry the enqueue in a new transaction"
+                )
+        return out
+
+
+def enqueue_on(
+    conn: psycopg.Connection[Any], jobs: Sequence[Job], *, notify: bool = True,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> list[Enqueued]:
+    """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open.
+
+    Nothing is committed here: the jobs become visible when the caller commits
+    and vanish if it rolls back.
+    """
+    if not jobs:
+        return []
+    batch = PreparedBatch(jobs, max_payload_bytes)
+    inserted = {str(r[0]) for r in conn.execute(batch.statement(), batch.params(notify))}
+    existing: list[Row] = []
+    if len(inserted) < len(batch.jobs):
+        existing = conn.execute(sql("existing_keys"), batch.missing_keys(inserted)).fetchall()
+    return batch.results(inserted, existing)
+
+
+async def enqueue_on_async(
+    aconn: psycopg.AsyncConnection[Any], jobs: Sequence[Job], *, notify: bool = True,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> list[Enqueued]:
+    """:func:`enqueue_on` for an asyncio connection."""
+    if not jobs:
+        return []
+    batch = PreparedBatch(jobs, max_payload_bytes)
+    cur = await aconn.execute(batch.statement(), batch.params(notify))
+    inserted = {str(r[0]) for r in await cur.fetchall()}
+    existing: list[Row] = []
+    if len(inserted) < len(batch.jobs):
+        cur = await aconn.execute(sql("existing_keys"), batch.missing_keys(inserted))
+        existing = await cur.fetchall()
+    return batch.results(inserted, existing)
+
+
+def _record(row: dict[str, Any]) -> JobRecord:
+    return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"])})
+
+
+def _counts(rows: Iterable[Row]) -> list[TopicCount]:
+    return [TopicCount(t, n) for t, n in sorted(Counter(r[0] for r in rows).items())]
+
+
+class PostgresStore:
+    """The Store port over PostgreSQL. The only place brooq runs SQL.
+
+    ``source`` is a DSN (one lazily opened connection), a psycopg_pool
+    ConnectionPool, or a psycopg Connection. Nothing connects until the first
+    operation.
+    """
+
+    def __init__(
+        self,
+        source: str | ConnectionPool | psycopg.Connection[Any],
+        *,
+        notify: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    ) -> None:
+        self.connector = Connector(source)
+        self.notify = notify
+        self.max_payload_bytes = max_payload_bytes
+
+    def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
+        """Insert jobs in one statement; in ``conn``'s open transaction when given."""
+        if conn is not None:
+            return enqueue_on(conn, jobs, notify=self.notify,
+                              max_payload_bytes=self.max_payload_bytes)
+        with self.connector.connection() as own, own.transaction():
+            return enqueue_on(own, jobs, notify=self.notify,
+                              max_payload_bytes=self.max_payload_bytes)
+
+    def claim(self, holder: str, topics: Sequence[str], lease: timedelta) -> Claimed | None:
+        """Take the next ready job of ``topics``: one guarded statement, SKIP LOCKED."""
+        if not topics:
+            return None
+        params: dict[str, Any] = {"holder": holder, "lease": lease}
+        if len(topics) == 1:
+            statement, params["topic"] = sql("claim_topic"), topics[0]
+        else:
+            statement, params["topics"] = sql("claim_topics"), list(topics)
+        with self.connector.connection() as conn:
+            row = conn.execute(statement, params).fetchone()
+        if row is None:
+            return None
+        job_id, topic, payload, attempts, locked_until = row
+        return Claimed(Ticket(str(job_id), holder, attempts), topic, payload, locked_until)
+
+    def settle(
+        self,
+        ticket: Ticket,
+        outcome: Outcome,
+        chain: Sequence[Job] = (),
+        hooks: Sequence[SettleHook] = (),
+    ) -> bool:
+        """Write the outcome if the ticket still holds the job; chain and hooks in the same tx."""
+        if outcome.kind is SettleKind.ABANDON:
+            return False
+        params = {
+            "id": ticket.job_id, "holder": ticket.holder, "attempt": ticket.attempt,
+            "state": str(outcome.state), "refund": 1 if outcome.refund_attempt else 0,
+            "retry_in": outcome.retry_in or timedelta(0), "error": outcome.error,
+        }
+        with_effects = outcome.kind is SettleKind.DONE and (chain or hooks)
+        with self.connector.connection() as conn:
+            if not with_effects:
+                return conn.execute(sql("settle"), params).rowcount == 1
+            with conn.transaction():
+                if conn.execute(sql("settle"), params).rowcount != 1:
+                    return False
+                self._run_effects(conn, chain, hooks)
+            return True
+
+    def _run_effects(
+        self, conn: psycopg.Connection[Any], chain: Sequence[Job], hooks: Sequence[SettleHook]
+    ) -> None:
+        try:
+            if chain:
+                enqueue_on(conn, chain, notify=self.notify,
+                           max_payload_bytes=self.max_payload_bytes)
+            for hook in hooks:
+                hook(conn)
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:
+            raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
+
+    def heartbeat(self, tickets: Sequence[Ticket], lease: timedelta) -> set[str]:
+        """Extend every lease still held, in one statement; return the ids extended."""
+        if not tickets:
+            return set()
+        params = {
+            "lease": lease,
+            "ids": [t.job_id for t in tickets],
+            "holders": [t.holder for t in tickets],
+            "attempts": [t.attempt for t in tickets],
+        }
+        with self.connector.connection() as conn:
+            return {str(r[0]) for r in conn.execute(sql("heartbeat"), params)}
+
+    def requeue_expired(self) -> list[TopicCount]:
+        """The reaper's one statement: expired leases back to pending, attempts untouched."""
+        with self.connector.connection() as conn:
+            return _counts(conn.execute(sql("requeue_expired")).fetchall())
+
+    def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
+        """Delete one batch of terminal rows older than ``ttl`` in its own transaction."""
+        if ttl <= timedelta(0):
+            raise ValueError("retention TTL must be positive; 0 disables retention")
+        with self.connector.connection() as conn, conn.transaction():
+            rows = conn.execute(sql("delete_terminal"), {"ttl": ttl, "batch": batch}).fetchall()
+        return _counts(rows)
+
+    def cancel(self, job_id: str, reason: str | None = None) -> bool:
+        """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
+        key = self._key(job_id)
+        with self.connector.connection() as conn:
+            if conn.execute(sql("cancel"), {"id": key, "reason": reason}).fetchone():
+                return True
+        self.get(key)  # raises JobNotFound for an unknown id
+        return False
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job's row; JobNotFound when there is none."""
+        key = self._key(job_id)
+        with self.connector.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            row = cur.execute(sql("get"), {"id": key}).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job with id {key}")
+        return _record(row)
+
+    def depth(self) -> list[dict[str, Any]]:
+        """Rows per topic and state with the oldest ready age (for status and gauges)."""
+        with self.connector.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            return cur.execute(sql("depth")).fetchall()
+
+    def running(self) -> list[dict[str, Any]]:
+        """Jobs in flight with holder and seconds of lease left."""
+        with self.connector.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            return cur.execute(sql("running")).fetchall()
+
+    def recent_dead(self, since: timedelta, limit: int = 20) -> list[dict[str, Any]]:
+        """Jobs that went dead within ``since``, newest first."""
+        with self.connector.connection() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            return cur.execute(sql("recent_dead"), {"since": since, "limit": limit}).fetchall()
+
+    @staticmethod
+    def _key(job_id: str) -> str:
+        try:
+            return parse_job_id(job_id)
+        except ValueError as exc:
+            raise JobNotFound(str(exc)) from None
+
+    def close(self) -> None:
+        """Close the connection the store opened itself."""
+        self.connector.close()

@@ -1,0 +1,178 @@
+"""The Queue: register kinds, enqueue (in your own transaction), cancel, read, drain."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from brooq.engine.kinds import Handler, Registry
+from brooq.engine.port import Store
+from brooq.engine.runner import Attempted, SlotRunner
+from brooq.postgres.store import PostgresStore, enqueue_on, enqueue_on_async
+from brooq.vocabulary import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    Enqueued,
+    Job,
+    JobRecord,
+    KindOptions,
+    coerce_duration,
+)
+
+H = TypeVar("H", bound=Handler)
+DRAIN_LEASE = timedelta(minutes=5)
+
+
+@dataclass
+class Drained:
+    """What :meth:`Queue.drain` ran: attempts in order and a count per outcome label."""
+
+    attempts: list[Attempted] = field(default_factory=list)
+    outcomes: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        """How many attempts ran."""
+        return len(self.attempts)
+
+
+class Queue:
+    """A job queue over one PostgreSQL database (or any Store).
+
+    ``source`` is a DSN, a psycopg_pool ConnectionPool, a psycopg Connection,
+    or a Store (such as ``brooq.testing.InMemoryStore`` in unit tests).
+    Constructing a Queue opens nothing: the first operation that needs the
+    database connects (invariant 9). A DSN gets one connection used under a
+    lock; give a pool to enqueue from many threads at once.
+    """
+
+    def __init__(
+        self,
+        source: str | ConnectionPool | psycopg.Connection[Any] | Store,
+        *,
+        notify: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        defaults: KindOptions | None = None,
+    ) -> None:
+        self.source = source
+        self.notify = notify
+        self.max_payload_bytes = max_payload_bytes
+        self.registry = Registry(defaults) if defaults else Registry()
+        if isinstance(source, str | ConnectionPool | psycopg.Connection):
+            self.store: Store = PostgresStore(
+                source, notify=notify, max_payload_bytes=max_payload_bytes
+            )
+        else:
+            self.store = source
+
+    def kind(self, topic: str, **options: Any) -> Callable[[H], H]:
+        """Decorator registering a handler for ``topic`` with KindOptions fields.
+
+        ``@queue.kind("email.send", max_attempts=5, attempt_timeout="1m")``.
+        Fields: max_attempts, attempt_timeout, max_execution_timeout,
+        backoff_base, backoff_max, watchdog_grace.
+        """
+        opts = KindOptions(**options)
+
+        def register(handler: H) -> H:
+            self.registry.register(topic, handler, opts)
+            return handler
+
+        return register
+
+    def register(self, topic: str, handler: Handler, **options: Any) -> None:
+        """Register ``handler`` for ``topic`` without a decorator."""
+        self.registry.register(topic, handler, KindOptions(**options))
+
+    def enqueue(self, job: Job, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
+        """Enqueue one job; returns ``(id, created)``.
+
+        With ``conn`` the row is written in that connection's open transaction
+        and commits or rolls back with it; otherwise it commits at once.
+        """
+        return self.enqueue_many([job], conn=conn)[0]
+
+    def enqueue_many(
+        self, jobs: Sequence[Job], *, conn: psycopg.Connection[Any] | None = None
+    ) -> list[Enqueued]:
+        """Enqueue jobs in one round trip; one ``(id, created)`` per job, in order."""
+        jobs = list(jobs)
+        for job in jobs:
+            if not isinstance(job, Job):
+                raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
+        if conn is not None and isinstance(self.store, PostgresStore):
+            return enqueue_on(conn, jobs, notify=self.notify,
+                              max_payload_bytes=self.max_payload_bytes)
+        return self.store.enqueue_many(jobs)
+
+    async def enqueue_async(
+        self, job: Job, *, conn: psycopg.AsyncConnection[Any]
+    ) -> Enqueued:
+        """Enqueue one job on an asyncio connection, in its open transaction."""
+        results = await enqueue_on_async(conn, [job], notify=self.notify,
+                                         max_payload_bytes=self.max_payload_bytes)
+        return results[0]
+
+    def cancel(self, job_id: str, reason: str | None = None) -> bool:
+        """Cancel a job; True if canceled now, False if already terminal; JobNotFound if unknown.
+
+        A running handler is interrupted by its supervisor; the row stays
+        ``canceled`` whatever the handler does next.
+        """
+        return self.store.cancel(job_id, reason)
+
+    def get(self, job_id: str) -> JobRecord:
+        """The job's row (its whole fate). Raises JobNotFound."""
+        return self.store.get(job_id)
+
+    def drain(
+        self, *, topics: Sequence[str] | None = None, max_jobs: int = 10_000,
+        lease: timedelta | str | float = DRAIN_LEASE,
+    ) -> Drained:
+        """Run ready jobs inline, in this thread, until none is ready (for tests and scripts).
+
+        Jobs retried with a backoff are not ready yet, so drain stops before
+        them. Soft attempt timeouts apply when called from the main thread.
+        """
+        runner = SlotRunner(
+            self.store, self.registry, holder=f"drain:{_host_pid()}",
+            lease=coerce_duration(lease, name="lease"), topics=topics,
+        )
+        drained = Drained()
+        try:
+            while drained.total < max_jobs:
+                attempted = runner.run_once()
+                if attempted is None:
+                    break
+                drained.attempts.append(attempted)
+                drained.outcomes[attempted.outcome.label] += 1
+        finally:
+            runner.close()
+        return drained
+
+    def close(self) -> None:
+        """Close the connection the queue opened itself (a given pool or connection stays open)."""
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
+
+
+def _host_pid() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def enqueue_async(
+    aconn: psycopg.AsyncConnection[Any], job: Job, *, notify: bool = True,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> Enqueued:
+    """Enqueue one job on an asyncio connection, inside its open transaction."""
+    return (await enqueue_on_async(aconn, [job], notify=notify,
+                                   max_payload_bytes=max_payload_bytes))[0]

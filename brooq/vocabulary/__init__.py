@@ -1,0 +1,74 @@
+"""brooq's vocabulary: the words every layer shares. Standard library only."""
+
+from brooq.vocabulary.claim import Claim, Lease, SettleHook
+from brooq.vocabulary.durations import coerce_duration, format_duration, parse_duration
+from brooq.vocabulary.errors import (
+    BrooqError,
+    EnqueueConflict,
+    InvalidJob,
+    InvalidKindOptions,
+    InvalidTopic,
+    JobNotFound,
+    KindNotRegistered,
+    StoreUnavailable,
+)
+from brooq.vocabulary.ids import new_job_id, parse_job_id
+from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
+from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
+from brooq.vocabulary.payload import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
+from brooq.vocabulary.signals import (
+    AttemptTimedOut,
+    CancelJob,
+    Delay,
+    HandlerSignal,
+    Interrupted,
+    JobCanceledWhileRunning,
+    LeaseLost,
+    PreserveAttempt,
+    find_signal,
+)
+from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
+from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
+
+__all__ = [
+    "BUILTIN_KIND_DEFAULTS",
+    "CLAIMABLE_STATES",
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "IDEMPOTENCY_KEY_MAX_LENGTH",
+    "TERMINAL_STATES",
+    "TOPIC_MAX_LENGTH",
+    "AttemptTimedOut",
+    "BrooqError",
+    "CancelJob",
+    "Claim",
+    "Delay",
+    "EnqueueConflict",
+    "Enqueued",
+    "HandlerSignal",
+    "Interrupted",
+    "InvalidJob",
+    "InvalidKindOptions",
+    "InvalidTopic",
+    "Job",
+    "JobCanceledWhileRunning",
+    "JobNotFound",
+    "JobRecord",
+    "KindNotRegistered",
+    "KindOptions",
+    "Lease",
+    "LeaseLost",
+    "PreserveAttempt",
+    "SettleHook",
+    "State",
+    "StoreUnavailable",
+    "Topic",
+    "coerce_duration",
+    "decode_payload",
+    "encode_payload",
+    "find_signal",
+    "format_duration",
+    "new_job_id",
+    "parse_job_id",
+    "parse_duration",
+    "topic_problem",
+]

@@ -1,0 +1,93 @@
+"""What producers enqueue (:class:`Job`) and what the store reports back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from brooq.vocabulary.errors import InvalidJob
+from brooq.vocabulary.state import State
+from brooq.vocabulary.topic import Topic
+
+IDEMPOTENCY_KEY_MAX_LENGTH = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A job to enqueue.
+
+    ``payload`` is any JSON-serializable value. ``idempotency_key``
+    deduplicates per topic for the life of the row; ``""`` or None means no
+    key. ``available_at`` (timezone-aware) delays the first attempt; None means
+    now. Invalid values raise :class:`InvalidJob` or ``InvalidTopic`` here,
+    before anything is written.
+    """
+
+    topic: str
+    payload: Any = None
+    idempotency_key: str | None = None
+    available_at: datetime | None = None
+    _topic: Topic = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_topic", Topic(self.topic))
+        key = self.idempotency_key
+        if key is not None:
+            if not isinstance(key, str):
+                raise InvalidJob(f"idempotency_key must be a string, not {type(key).__name__}")
+            if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
+                raise InvalidJob(
+                    f"idempotency_key is {len(key)} characters, above the limit of "
+                    f"{IDEMPOTENCY_KEY_MAX_LENGTH}; hash long keys (e.g. sha256) first"
+                )
+            if "\x00" in key:
+                raise InvalidJob("idempotency_key holds a NUL character, which PostgreSQL rejects")
+            if key == "":
+                object.__setattr__(self, "idempotency_key", None)
+        at = self.available_at
+        if at is not None:
+            if not isinstance(at, datetime):
+                raise InvalidJob(f"available_at must be a datetime, not {type(at).__name__}")
+            if at.tzinfo is None or at.utcoffset() is None:
+                raise InvalidJob(
+                    "available_at must be timezone-aware, e.g. datetime.now(timezone.utc)"
+                )
+
+
+class Enqueued(NamedTuple):
+    """The result of an enqueue: the job's id and whether this call created the row.
+
+    ``created`` is False when a row with the same (topic, idempotency_key)
+    already existed; ``id`` is then that row's id.
+    """
+
+    id: str
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One row of the ``job`` table: the whole fate of a job."""
+
+    id: str
+    topic: str
+    payload: Any
+    state: State
+    attempts: int
+    available_at: datetime
+    locked_by: str | None
+    locked_until: datetime | None
+    idempotency_key: str | None
+    last_error: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON-friendly values (timestamps in ISO 8601)."""
+        out: dict[str, Any] = {}
+        for name in self.__slots__:
+            value = getattr(self, name)
+            out[name] = value.isoformat() if isinstance(value, datetime) else value
+        out["state"] = str(self.state)
+        return out

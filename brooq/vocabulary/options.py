@@ -1,0 +1,92 @@
+"""Per-kind options: attempts, timeouts and backoff, set in code, not in a column."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from datetime import timedelta
+
+from brooq.vocabulary.durations import coerce_duration, format_duration
+from brooq.vocabulary.errors import InvalidKindOptions
+
+_DURATION_FIELDS = (
+    "attempt_timeout",
+    "max_execution_timeout",
+    "backoff_base",
+    "backoff_max",
+    "watchdog_grace",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KindOptions:
+    """Options of one kind of job. A field left None takes the configured default.
+
+    Durations accept a timedelta, a number of seconds or a string with units
+    (``"1m"``). Invalid values raise :class:`InvalidKindOptions` listing every
+    problem.
+    """
+
+    max_attempts: int | None = None
+    attempt_timeout: timedelta | None = None
+    max_execution_timeout: timedelta | None = None
+    backoff_base: timedelta | None = None
+    backoff_max: timedelta | None = None
+    watchdog_grace: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name in _DURATION_FIELDS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            try:
+                coerced = coerce_duration(value, name=name)
+            except ValueError as exc:
+                problems.append(str(exc))
+                continue
+            if coerced <= timedelta(0):
+                problems.append(f"{name}: must be greater than zero, got {format_duration(coerced)}")
+            object.__setattr__(self, name, coerced)
+        attempts = self.max_attempts
+        if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)):
+            problems.append(f"max_attempts: must be an integer, got {attempts!r}")
+        elif attempts is not None and attempts < 1:
+            problems.append(f"max_attempts: must be at least 1, got {attempts}")
+        if not problems:
+            problems.extend(self._order_problems())
+        if problems:
+            raise InvalidKindOptions("; ".join(problems))
+
+    def _order_problems(self) -> list[str]:
+        out = []
+        soft, hard = self.attempt_timeout, self.max_execution_timeout
+        if soft is not None and hard is not None and soft > hard:
+            out.append(
+                f"attempt_timeout ({format_duration(soft)}) must not exceed "
+                f"max_execution_timeout ({format_duration(hard)})"
+            )
+        base, top = self.backoff_base, self.backoff_max
+        if base is not None and top is not None and base > top:
+            out.append(
+                f"backoff_base ({format_duration(base)}) must not exceed "
+                f"backoff_max ({format_duration(top)})"
+            )
+        return out
+
+    def with_defaults(self, defaults: KindOptions) -> KindOptions:
+        """Fill every unset field from ``defaults``; the result is checked again."""
+        filled = {
+            f.name: getattr(defaults, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) is None
+        }
+        return replace(self, **filled)
+
+
+BUILTIN_KIND_DEFAULTS = KindOptions(
+    max_attempts=5,
+    attempt_timeout=timedelta(minutes=1),
+    max_execution_timeout=timedelta(minutes=5),
+    backoff_base=timedelta(seconds=1),
+    backoff_max=timedelta(minutes=1),
+)

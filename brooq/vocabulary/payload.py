@@ -1,0 +1,56 @@
+"""Payloads are opaque JSON: brooq encodes them once and never looks inside."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from brooq.vocabulary.errors import InvalidJob
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+
+
+def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Encode a payload as JSON text that PostgreSQL's jsonb accepts.
+
+    Raises :class:`InvalidJob` when the value is not JSON-serializable, holds
+    NaN/Infinity, a NUL character (jsonb cannot store it) or a lone surrogate,
+    or encodes to more than ``max_bytes`` UTF-8 bytes.
+    """
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidJob(f"payload is not JSON-serializable: {exc}") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidJob(
+            "payload holds a lone surrogate character that is not valid UTF-8; "
+            "decode your text properly before enqueueing"
+        ) from None
+    if size > max_bytes:
+        raise InvalidJob(
+            f"payload is {size} bytes encoded, above the limit of {max_bytes} "
+            "(QUEUE_MAX_PAYLOAD_BYTES); store large data elsewhere and enqueue a reference"
+        )
+    if "\\u0000" in text and _holds_nul(payload):
+        raise InvalidJob(
+            "payload holds a NUL character (\\u0000), which PostgreSQL jsonb cannot store; "
+            "strip it or base64-encode binary data"
+        )
+    return text
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return any(_holds_nul(v) for v in value)
+    return False
+
+
+def decode_payload(text: str | bytes) -> Any:
+    """Decode JSON text read back from the database."""
+    return json.loads(text)

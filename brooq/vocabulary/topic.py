@@ -1,0 +1,45 @@
+"""Topics name kinds of jobs: lowercase words separated by dots or dashes."""
+
+from __future__ import annotations
+
+import re
+
+from brooq.vocabulary.errors import InvalidTopic
+
+TOPIC_MAX_LENGTH = 128
+_TOPIC_RE = re.compile(r"[a-z0-9_]+(?:[.-][a-z0-9_]+)*")
+
+
+class Topic(str):
+    """A validated topic such as ``email.send`` or ``report-daily``.
+
+    Construction raises :class:`InvalidTopic` with a message saying what to
+    write instead; a ``Topic`` is otherwise a plain ``str``.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, value: object) -> Topic:
+        if isinstance(value, Topic):
+            return value
+        if not isinstance(value, str):
+            raise InvalidTopic(f"topic must be a string, not {type(value).__name__}")
+        problem = topic_problem(value)
+        if problem:
+            raise InvalidTopic(problem)
+        return super().__new__(cls, value)
+
+
+def topic_problem(value: str) -> str | None:
+    """Return why ``value`` is not a valid topic, or None when it is one."""
+    if value == "":
+        return "topic is empty; write lowercase words separated by dots or dashes, e.g. email.send"
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    if len(value) > TOPIC_MAX_LENGTH:
+        return f"topic {shown!r} is longer than {TOPIC_MAX_LENGTH} characters"
+    if _TOPIC_RE.fullmatch(value) is None:
+        return (
+            f"topic {shown!r} is invalid: use lowercase letters, digits and underscores "
+            "in words separated by single dots or dashes, e.g. email.send"
+        )
+    return None
