@@ -10,7 +10,6 @@ token) never appear in errors, warnings, `repr` or `config show` output.
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 import tomllib
@@ -23,6 +22,8 @@ from typing import Any, Literal, TypedDict
 
 import tomli_w
 from dotenv import dotenv_values
+
+from brooq.vocabulary.durations import coerce_duration, format_duration, parse_duration
 
 __all__ = [
     "ConfigError",
@@ -44,13 +45,8 @@ LogFormat = Literal["kv", "json"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 _ZERO = timedelta(0)
-_MICROS = {"ms": 10**3, "s": 10**6, "m": 60 * 10**6, "h": 3600 * 10**6, "d": 86400 * 10**6}
-# Output stops at hours on purpose (like Go): `720h` reads as "30 days" to operators.
-_SHOWN_MICROS = (("h", _MICROS["h"]), ("m", _MICROS["m"]), ("s", _MICROS["s"]))
 _NUMBER = r"[0-9]+(?:\.[0-9]+)?"
 _BARE_NUMBER = re.compile(rf"[+-]?{_NUMBER}")
-_DURATION = re.compile(rf"(?:{_NUMBER}(?:ms|s|m|h|d))+")
-_DURATION_PART = re.compile(rf"({_NUMBER})(ms|s|m|h|d)")
 _SIZE = re.compile(rf"({_NUMBER})\s*([A-Za-z]+)")
 _SIZE_UNITS = {
     "TiB": 2**40, "GiB": 2**30, "MiB": 2**20, "KiB": 2**10,
@@ -146,82 +142,6 @@ class Settings:
 # --- value syntax -----------------------------------------------------------
 
 
-def parse_duration(text: str) -> timedelta:
-    """Parse `120s`, `2m`, `1h30m`, `500ms`, `1.5s`, `2d` (units ms, s, m, h, d).
-
-    A leading sign is allowed; bare `0` is zero. Any other number without a
-    unit raises ValueError, as does anything that is not a duration.
-    """
-    body = text.strip()
-    sign, unsigned = (-1, body[1:]) if body.startswith("-") else (1, body.removeprefix("+"))
-    if unsigned == "0":
-        return _ZERO
-    if _BARE_NUMBER.fullmatch(body):
-        raise ValueError(f'"{body}" has no unit; write e.g. {unsigned}s, 2m or 1h')
-    if not _DURATION.fullmatch(unsigned):
-        raise ValueError(
-            f'"{body}" is not a duration; write numbers with units (ms, s, m, h, d), '
-            "e.g. 90s or 1h30m"
-        )
-    micros = sum(Fraction(n) * _MICROS[unit] for n, unit in _DURATION_PART.findall(unsigned))
-    try:
-        return timedelta(microseconds=sign * round(micros))
-    except OverflowError:
-        raise ValueError(f'"{body}" is too long; write at most 999999999d') from None
-
-
-def format_duration(td: timedelta) -> str:
-    """Canonical text for `td`: hours, minutes, seconds, then milliseconds.
-
-    Examples: `2m`, `1h30m`, `500ms`, `720h`, `1s500ms`, `0s`. Exact (sub-ms
-    parts become fractional ms) and `parse_duration(format_duration(td)) == td`.
-    """
-    micros = td // timedelta(microseconds=1)
-    if micros == 0:
-        return "0s"
-    rest, parts = abs(micros), []
-    for unit, size in _SHOWN_MICROS:
-        count, rest = divmod(rest, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    if rest:
-        whole, frac = divmod(rest, 1000)
-        parts.append((f"{whole}.{frac:03d}".rstrip("0") if frac else str(whole)) + "ms")
-    return ("-" if micros < 0 else "") + "".join(parts)
-
-
-def coerce_duration(value: timedelta | int | float | str, *, name: str) -> timedelta:
-    """A non-negative timedelta from a timedelta, a number of seconds or a string with units.
-
-    Raises ValueError naming `name` for booleans, bare-number strings,
-    negative, infinite or NaN values and any other type.
-    """
-    try:
-        td = _to_timedelta(value)
-    except (ValueError, OverflowError) as exc:
-        raise ValueError(f"{name}: {exc}") from None
-    if td < _ZERO:
-        raise ValueError(f"{name}: must not be negative (got {format_duration(td)})")
-    return td
-
-
-def _to_timedelta(value: object) -> timedelta:
-    # bool is an int subclass: `attempt_timeout=True` is a bug, not one second.
-    if isinstance(value, bool):
-        raise ValueError("expected a duration, got a boolean; write e.g. 30 or '30s'")
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, int | float):
-        if not math.isfinite(value):
-            raise ValueError(f"{value} is not a finite number of seconds")
-        return timedelta(seconds=value)
-    if isinstance(value, str):
-        return parse_duration(value)
-    raise ValueError(
-        f"expected a timedelta, seconds or a string like '2m', got {type(value).__name__}"
-    )
-
-
 def parse_size(text: str) -> int:
     """Bytes from `512MiB`, `1GiB`, `200MB`, `64kB`, `100B` (unit case ignored); bare `0` is 0.
 
@@ -238,7 +158,11 @@ def parse_size(text: str) -> int:
             f'"{body}" is not a size; write a number with a unit '
             "(B, kB, MB, GB, KiB, MiB, GiB), e.g. 512MiB"
         )
-    return round(Fraction(match[1]) * _SIZE_BY_LOWER[match[2].lower()])
+    size = Fraction(match[1]) * _SIZE_BY_LOWER[match[2].lower()]
+    # Rounding would turn "0.4B" into 0, which means "unlimited" for memory.
+    if size.denominator != 1:
+        raise ValueError(f'"{body}" is not a whole number of bytes; write e.g. 512KiB')
+    return int(size)
 
 
 def format_size(n: int) -> str:

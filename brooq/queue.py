@@ -62,6 +62,7 @@ class Queue:
         self.source = source
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
+        self._code_defaults = defaults or KindOptions()
         self.registry = Registry(defaults) if defaults else Registry()
         if isinstance(source, str | ConnectionPool | psycopg.Connection):
             self.store: Store = PostgresStore(
@@ -84,6 +85,13 @@ class Queue:
             return handler
 
         return register
+
+    def configure(self, defaults: KindOptions) -> None:
+        """Take ``defaults`` (from configuration) for every option code leaves unset.
+
+        Options set on a kind, then those given as ``Queue(defaults=…)``, win.
+        """
+        self.registry.set_defaults(self._code_defaults.with_defaults(defaults))
 
     def register(self, topic: str, handler: Handler, **options: Any) -> None:
         """Register ``handler`` for ``topic`` without a decorator."""

@@ -144,8 +144,11 @@ class InMemoryStore:
                 self._enqueue_one(job)
             for hook in hooks:
                 hook(tx)
-        except Exception as exc:
+        except BaseException as exc:
+            # Like the real transaction: any exception rolls back what the hooks wrote.
             self.rows = saved
+            if not isinstance(exc, Exception):
+                raise
             raise SettleHookFailed(str(exc)) from exc
         self.effects.extend(tx.effects)
 

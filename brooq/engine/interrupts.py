@@ -15,6 +15,7 @@ import threading
 from collections.abc import Iterator
 from datetime import timedelta
 from types import FrameType
+from typing import Any
 
 from brooq.vocabulary import AttemptTimedOut, Interrupted, JobCanceledWhileRunning, LeaseLost
 
@@ -33,6 +34,7 @@ class InterruptScope:
         self._armed = False
         self._installed = False
         self._task: asyncio.Task[object] | None = None
+        self._previous: dict[int, Any] = {}
         self.fired: type[Interrupted] | None = None
 
     @property
@@ -45,16 +47,17 @@ class InterruptScope:
         if self._installed or not self.available:
             return
         for signum in SIGNAL_REASONS:
-            signal.signal(signum, self._on_signal)
+            self._previous[signum] = signal.signal(signum, self._on_signal)
         self._installed = True
 
     def uninstall(self) -> None:
-        """Restore default dispositions."""
+        """Restore the dispositions found at install (the application's own handlers)."""
         if not self._installed:
             return
         signal.setitimer(signal.ITIMER_REAL, 0)
         for signum in SIGNAL_REASONS:
-            signal.signal(signum, signal.SIG_DFL)
+            previous = self._previous.pop(signum, None)
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._installed = False
 
     @contextlib.contextmanager
@@ -84,6 +87,13 @@ class InterruptScope:
         self.fired = reason
         if self._task is not None and not self._task.done():
             self._task.cancel(reason.reason)
+            # A signal handler's call_soon does not wake a loop blocked in
+            # select(); without this, `await asyncio.sleep(10)` ran 10 s.
+            self._task.get_loop().call_soon_threadsafe(_nothing)
             return
         self._armed = False
         raise reason()
+
+
+def _nothing() -> None:
+    """A no-op callback: scheduling it thread-safely wakes the event loop."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -63,7 +62,8 @@ DONE = Outcome(SettleKind.DONE, "done")
 
 def describe_error(error: BaseException) -> str:
     """``Type: message``, bounded to LAST_ERROR_MAX_CHARS, for the ``last_error`` column."""
-    text = "".join(traceback.format_exception_only(type(error), error)).strip()
+    message = str(error).strip()
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     text = text.replace("\x00", "\\0")
     if len(text) > LAST_ERROR_MAX_CHARS:
         text = text[: LAST_ERROR_MAX_CHARS - 1] + "…"

@@ -142,7 +142,7 @@ class SlotRunner:
         claim: Claim | None = None,
         options: KindOptions | None = None,
     ) -> Attempted:
-        written = self._settle(claimed, outcome, claim, options)
+        outcome, written = self._settle(claimed, outcome, claim, options)
         attempted = Attempted(claimed, outcome, written, time.monotonic() - started)
         if self.listener:
             self.listener.settled(attempted)
@@ -150,20 +150,21 @@ class SlotRunner:
 
     def _settle(
         self, claimed: Claimed, outcome: Outcome, claim: Claim | None, options: KindOptions | None
-    ) -> bool:
+    ) -> tuple[Outcome, bool]:
+        """Write ``outcome``; return what was finally decided and whether it was written."""
         if outcome.kind is SettleKind.ABANDON:
-            return False
+            return outcome, False
         if outcome.kind is not SettleKind.DONE or claim is None:
-            return self.store.settle(claimed.ticket, outcome)
+            return outcome, self.store.settle(claimed.ticket, outcome)
         try:
-            return self.store.settle(claimed.ticket, outcome, claim.chained, claim.hooks)
+            return outcome, self.store.settle(claimed.ticket, outcome, claim.chained, claim.hooks)
         except SettleHookFailed as exc:
             # The hooks' transaction rolled back with the job's done: the attempt
-            # failed after all; record that without the hooks.
+            # failed after all; record (and report) that failure, without the hooks.
             cause = exc.__cause__ or exc
             log.warning("settle hook failed", exc_info=cause, extra={"job_id": claimed.id})
             failure = decide(cause, claimed.attempt, options or self.kinds.defaults)
-            return self.store.settle(claimed.ticket, failure)
+            return failure, self.store.settle(claimed.ticket, failure)
 
     def close(self) -> None:
         """Release the event loop and the signal handlers."""
@@ -172,4 +173,11 @@ class SlotRunner:
         self.interrupts.uninstall()
 
 
-__all__ = ["Attempted", "Interrupted", "RunListener", "SettleHookFailed", "SlotRunner", "describe_error"]
+__all__ = [
+    "Attempted",
+    "Interrupted",
+    "RunListener",
+    "SettleHookFailed",
+    "SlotRunner",
+    "describe_error",
+]

@@ -6,6 +6,8 @@ migrate-*`` call these functions.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -49,25 +51,29 @@ def yoyo_uri(dsn: str) -> str:
     return f"postgresql+psycopg://{netloc}/{dbname}" + (f"?{query}" if query else "")
 
 
-def _backend(dsn: str) -> Any:
+@contextlib.contextmanager
+def _backend(dsn: str) -> Iterator[Any]:
     try:
-        return get_backend(yoyo_uri(dsn))
+        backend = get_backend(yoyo_uri(dsn))
     except psycopg.Error as exc:
         raise unavailable(exc, dsn) from None
+    try:
+        yield backend
+    finally:
+        backend.connection.close()
 
 
 def status(dsn: str) -> list[MigrationStatus]:
     """Every shipped migration, in order, with whether it is applied."""
-    backend = _backend(dsn)
-    applied = backend.get_applied_migration_hashes()
+    with _backend(dsn) as backend:
+        applied = backend.get_applied_migration_hashes()
     return [MigrationStatus(m.id, m.hash in applied)
             for m in read_migrations(str(migrations_dir()))]
 
 
 def up(dsn: str) -> list[str]:
     """Apply every pending migration; return the ids applied (empty when up to date)."""
-    backend = _backend(dsn)
-    with backend.lock():
+    with _backend(dsn) as backend, backend.lock():
         pending = backend.to_apply(read_migrations(str(migrations_dir())))
         backend.apply_migrations(pending)
     return [m.id for m in pending]
@@ -75,8 +81,7 @@ def up(dsn: str) -> list[str]:
 
 def down(dsn: str, steps: int | None = 1) -> list[str]:
     """Roll back the latest ``steps`` applied migrations (all when None); return their ids."""
-    backend = _backend(dsn)
-    with backend.lock():
+    with _backend(dsn) as backend, backend.lock():
         applied = backend.to_rollback(read_migrations(str(migrations_dir())))
         chosen = applied if steps is None else applied[:steps]
         backend.rollback_migrations(chosen)

@@ -140,14 +140,19 @@ FROM job
 WHERE id = %(id)s
 
 -- name: depth
--- Rows per topic and state, and the age of the oldest ready row per topic.
-SELECT topic, state, count(*) AS jobs,
-       COALESCE(EXTRACT(EPOCH FROM now() - min(available_at))
-                FILTER (WHERE state IN ('pending', 'failed') AND available_at <= now()), 0)
-           AS oldest_ready_s
+-- Rows per topic and state.
+SELECT topic, state, count(*) AS jobs
 FROM job
 GROUP BY topic, state
 ORDER BY topic, state
+
+-- name: oldest_ready
+-- Seconds the oldest ready job of each topic has waited (the queue's lag).
+SELECT topic, EXTRACT(EPOCH FROM now() - min(available_at))::float8 AS oldest_ready_s
+FROM job
+WHERE state IN ('pending', 'failed') AND available_at <= now()
+GROUP BY topic
+ORDER BY topic
 
 -- name: running
 -- What is in flight and who holds it.

@@ -265,10 +265,15 @@ class PostgresStore:
         return _record(row)
 
     def depth(self) -> list[dict[str, Any]]:
-        """Rows per topic and state with the oldest ready age (for status and gauges)."""
+        """Rows per topic and state: ``{"topic", "state", "jobs"}``."""
         with self.connector.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             return cur.execute(sql("depth")).fetchall()
+
+    def oldest_ready(self) -> dict[str, float]:
+        """Seconds the oldest ready job of each topic has waited; topics with none are absent."""
+        with self.connector.connection() as conn:
+            return {t: float(s) for t, s in conn.execute(sql("oldest_ready"))}
 
     def running(self) -> list[dict[str, Any]]:
         """Jobs in flight with holder and seconds of lease left."""

@@ -2,77 +2,92 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
+from fractions import Fraction
 
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART_RE = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_FORMAT_ORDER = (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1))
+_ZERO = timedelta(0)
+_MICROS = {"ms": 10**3, "s": 10**6, "m": 60 * 10**6, "h": 3600 * 10**6, "d": 86400 * 10**6}
+# Output stops at hours on purpose (like Go): `720h` reads as "30 days" to operators.
+_SHOWN_MICROS = (("h", _MICROS["h"]), ("m", _MICROS["m"]), ("s", _MICROS["s"]))
+_NUMBER = r"[0-9]+(?:\.[0-9]+)?"
+_BARE_NUMBER = re.compile(rf"[+-]?{_NUMBER}")
+_DURATION = re.compile(rf"(?:{_NUMBER}(?:ms|s|m|h|d))+")
+_DURATION_PART = re.compile(rf"({_NUMBER})(ms|s|m|h|d)")
 
 
 def parse_duration(text: str) -> timedelta:
-    """Parse ``1h30m``, ``500ms``, ``1.5s`` or a bare ``0`` into a timedelta.
+    """Parse `120s`, `2m`, `1h30m`, `500ms`, `1.5s`, `2d` (units ms, s, m, h, d).
 
-    A bare number other than zero is rejected: the unit must be explicit.
-    Raises ValueError saying what to write instead.
+    A leading sign is allowed; bare `0` is zero. Any other number without a
+    unit raises ValueError, as does anything that is not a duration.
     """
-    s = text.strip()
-    if s == "0":
-        return timedelta(0)
-    if re.fullmatch(r"-?\d+(?:\.\d+)?", s):
-        return _raise(f"{text!r} has no unit; write e.g. {s}s, 2m or 1h")
-    if s.startswith("-"):
-        return _raise(f"{text!r} is negative; durations are zero or more")
-    pos, total_ms = 0, 0.0
-    for match in _PART_RE.finditer(s):
-        if match.start() != pos:
-            break
-        total_ms += float(match.group(1)) * _UNIT_MS[match.group(2)]
-        pos = match.end()
-    if pos != len(s) or pos == 0:
-        return _raise(f"{text!r} is not a duration; write e.g. 500ms, 30s, 2m, 1h30m or 720h")
-    return timedelta(milliseconds=total_ms)
+    body = text.strip()
+    sign, unsigned = (-1, body[1:]) if body.startswith("-") else (1, body.removeprefix("+"))
+    if unsigned == "0":
+        return _ZERO
+    if _BARE_NUMBER.fullmatch(body):
+        raise ValueError(f'"{body}" has no unit; write e.g. {unsigned}s, 2m or 1h')
+    if not _DURATION.fullmatch(unsigned):
+        raise ValueError(
+            f'"{body}" is not a duration; write numbers with units (ms, s, m, h, d), '
+            "e.g. 90s or 1h30m"
+        )
+    micros = sum(Fraction(n) * _MICROS[unit] for n, unit in _DURATION_PART.findall(unsigned))
+    try:
+        return timedelta(microseconds=sign * round(micros))
+    except OverflowError:
+        raise ValueError(f'"{body}" is too long; write at most 999999999d') from None
 
 
-def _raise(message: str) -> timedelta:
-    raise ValueError(message)
+def format_duration(td: timedelta) -> str:
+    """Canonical text for `td`: hours, minutes, seconds, then milliseconds.
 
-
-def format_duration(value: timedelta) -> str:
-    """Format a duration in the shortest exact unit form, e.g. ``2m``, ``1h30m``, ``0``."""
-    ms = round(value.total_seconds() * 1000)
-    if ms == 0:
-        return "0"
-    sign, ms = ("-", -ms) if ms < 0 else ("", ms)
-    parts = []
-    for unit, size in _FORMAT_ORDER:
-        count, ms = divmod(ms, size)
+    Examples: `2m`, `1h30m`, `500ms`, `720h`, `1s500ms`, `0s`. Exact (sub-ms
+    parts become fractional ms) and `parse_duration(format_duration(td)) == td`.
+    """
+    micros = td // timedelta(microseconds=1)
+    if micros == 0:
+        return "0s"
+    rest, parts = abs(micros), []
+    for unit, size in _SHOWN_MICROS:
+        count, rest = divmod(rest, size)
         if count:
             parts.append(f"{count}{unit}")
-    return sign + "".join(parts)
+    if rest:
+        whole, frac = divmod(rest, 1000)
+        parts.append((f"{whole}.{frac:03d}".rstrip("0") if frac else str(whole)) + "ms")
+    return ("-" if micros < 0 else "") + "".join(parts)
 
 
-def coerce_duration(value: object, *, name: str) -> timedelta:
-    """Turn a timedelta, a number of seconds or a string with units into a timedelta.
+def coerce_duration(value: timedelta | int | float | str, *, name: str) -> timedelta:
+    """A non-negative timedelta from a timedelta, a number of seconds or a string with units.
 
-    Raises ValueError naming ``name`` for booleans, negative values and bare
-    numbers in strings.
+    Raises ValueError naming `name` for booleans, bare-number strings,
+    negative, infinite or NaN values and any other type.
     """
+    try:
+        td = _to_timedelta(value)
+    except (ValueError, OverflowError) as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if td < _ZERO:
+        raise ValueError(f"{name}: must not be negative (got {format_duration(td)})")
+    return td
+
+
+def _to_timedelta(value: object) -> timedelta:
+    # bool is an int subclass: `attempt_timeout=True` is a bug, not one second.
     if isinstance(value, bool):
-        raise ValueError(f"{name}: {value!r} is not a duration; use a timedelta, seconds or '30s'")
+        raise ValueError("expected a duration, got a boolean; write e.g. 30 or '30s'")
     if isinstance(value, timedelta):
-        result = value
-    elif isinstance(value, int | float):
-        result = timedelta(seconds=value)
-    elif isinstance(value, str):
-        try:
-            result = parse_duration(value)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-    else:
-        raise ValueError(
-            f"{name}: {type(value).__name__} is not a duration; use a timedelta, seconds or '30s'"
-        )
-    if result < timedelta(0):
-        raise ValueError(f"{name}: {format_duration(result)} is negative")
-    return result
+        return value
+    if isinstance(value, int | float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value} is not a finite number of seconds")
+        return timedelta(seconds=value)
+    if isinstance(value, str):
+        return parse_duration(value)
+    raise ValueError(
+        f"expected a timedelta, seconds or a string like '2m', got {type(value).__name__}"
+    )

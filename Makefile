@@ -1,0 +1,50 @@
+# brooq — developer commands. `make demo` and `make test` work from a fresh clone:
+# they create the venv, install brooq, and start a throwaway PostgreSQL 15.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BROOQ := $(VENV)/bin/brooq
+LOCAL_DATABASE_URL := postgresql://brooq:brooq@127.0.0.1:55433/brooq
+PYTEST_ARGS ?=
+
+.PHONY: dev db-up db-down migrate-up migrate-down migrate-status test lint demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+## dev: create the venv and install brooq (editable) with the dev tools
+dev: $(VENV)/.installed
+
+## db-up / db-down: start / stop and delete the local PostgreSQL on 127.0.0.1:55433
+db-up:
+	@scripts/pg.sh up
+db-down:
+	@scripts/pg.sh down
+
+# migrate-*: against $DATABASE_URL, or the local database (started if needed) when unset.
+migrate-up migrate-down migrate-status: dev
+	@if [ -z "$$DATABASE_URL" ]; then scripts/pg.sh up; fi
+	DATABASE_URL="$${DATABASE_URL:-$(LOCAL_DATABASE_URL)}" $(BROOQ) migrate $(subst migrate-,,$@)
+
+## test: the whole suite (unit, integration, system) on a real PostgreSQL
+test: dev
+	@if [ -z "$$TEST_DATABASE_URL" ]; then scripts/pg.sh up; fi
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## lint: ruff and mypy --strict
+lint: dev
+	$(VENV)/bin/ruff check brooq tests
+	$(VENV)/bin/mypy --strict brooq
+
+## demo: local database, migrations, a few hundred demo jobs through real workers, a table of outcomes
+demo: dev
+	@scripts/pg.sh up
+	@DATABASE_URL=$(LOCAL_DATABASE_URL) $(BROOQ) migrate up >/dev/null
+	DATABASE_URL=$(LOCAL_DATABASE_URL) $(PY) -m brooq.demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info

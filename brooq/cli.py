@@ -1,0 +1,345 @@
+"""The ``brooq`` command: migrate, enqueue, inspect, cancel, configure, work.
+
+Exit codes: 0 success; 1 an operation failed (unknown job, database down);
+2 bad input or configuration (every problem listed, one per line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
+
+from brooq import __version__
+from brooq.config import ConfigError, Settings, load_settings, settings_to_env, settings_to_toml
+from brooq.logs import setup_logging
+from brooq.vocabulary import (
+    BrooqError,
+    InvalidJob,
+    InvalidKindOptions,
+    InvalidTopic,
+    Job,
+    JobNotFound,
+    KindOptions,
+    format_duration,
+    parse_duration,
+)
+
+log = logging.getLogger("brooq.cli")
+
+
+class UsageError(BrooqError):
+    """The command line asks for something impossible; exit code 2."""
+
+
+Command = Callable[[argparse.Namespace, Settings], int]
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {key: getattr(args, attr, None) for attr, key in _FLAG_KEYS.items()}
+    settings = load_settings(env_file=args.env_file, toml_file=args.config,
+                             overrides={k: v for k, v in overrides.items() if v is not None})
+    for warning in settings.warnings:
+        print(f"brooq: warning: {warning}", file=sys.stderr)
+    return settings
+
+
+_FLAG_KEYS = {
+    "lease": "QUEUE_LEASE", "poll_interval": "QUEUE_POLL_INTERVAL",
+    "log_format": "LOG_FORMAT", "log_level": "LOG_LEVEL",
+}
+
+
+def _dsn(settings: Settings) -> str:
+    if not settings.database_url:
+        raise UsageError(
+            "DATABASE_URL is not set; set it in the environment, .env, the TOML file "
+            "or $CREDENTIALS_DIRECTORY/database-url"
+        )
+    return settings.database_url
+
+
+def _store(settings: Settings) -> Any:
+    from brooq.postgres.store import PostgresStore
+
+    return PostgresStore(_dsn(settings), notify=settings.notify,
+                         max_payload_bytes=settings.max_payload_bytes)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, default=str, ensure_ascii=False))
+
+
+# --- migrate ------------------------------------------------------------------
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """Apply, roll back or list the schema migrations."""
+    from brooq.postgres import migrations
+
+    dsn = _dsn(settings)
+    if args.action == "up":
+        applied = migrations.up(dsn)
+        print("\n".join(f"applied {m}" for m in applied) or "up to date")
+    elif args.action == "down":
+        rolled = migrations.down(dsn, steps=None if args.all else args.steps)
+        print("\n".join(f"rolled back {m}" for m in rolled) or "nothing to roll back")
+    else:
+        for status in migrations.status(dsn):
+            print(f"{'applied' if status.applied else 'pending':8} {status.id}")
+    return 0
+
+
+# --- enqueue / job / cancel -----------------------------------------------------
+
+
+def parse_at(text: str, now: datetime | None = None) -> datetime:
+    """``--at``: an ISO 8601 time with a zone, or a duration with units meaning "from now"."""
+    now = now or datetime.now(UTC)
+    try:
+        return now + parse_duration(text)
+    except ValueError:
+        pass
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--at {text!r} is neither an ISO 8601 time (2026-12-24T18:00:00+00:00) "
+            "nor a delay with units (30s, 5m, 2h)"
+        ) from None
+    if at.tzinfo is None:
+        raise UsageError(f"--at {text!r} has no time zone; add one, e.g. {text}+00:00 or {text}Z")
+    return at
+
+
+def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    """Enqueue one job; print ``{"id": …, "created": …}``."""
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--payload is not valid JSON: {exc}") from None
+    at = parse_at(args.at) if args.at else None
+    job = Job(topic=args.topic, payload=payload, idempotency_key=args.key, available_at=at)
+    store = _store(settings)
+    try:
+        (result,) = store.enqueue_many([job])
+    finally:
+        store.close()
+    _print_json({"id": result.id, "created": result.created})
+    return 0
+
+
+def cmd_job(args: argparse.Namespace, settings: Settings) -> int:
+    """Show the whole fate of one job."""
+    store = _store(settings)
+    try:
+        record = store.get(args.id)
+    finally:
+        store.close()
+    row = record.as_dict()
+    if args.json:
+        _print_json(row)
+        return 0
+    width = max(len(k) for k in row)
+    for key, value in row.items():
+        shown = json.dumps(value, ensure_ascii=False) if key == "payload" else value
+        print(f"{key:<{width}}  {'' if shown is None else shown}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel a job that is not terminal yet."""
+    store = _store(settings)
+    try:
+        canceled = store.cancel(args.id, args.reason)
+        state = store.get(args.id).state
+    finally:
+        store.close()
+    if canceled:
+        print(f"canceled {args.id}")
+        return 0
+    print(f"job {args.id} is already {state}; nothing changed", file=sys.stderr)
+    return 1
+
+
+# --- status -----------------------------------------------------------------------
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Depth per topic and state, and the age of the oldest ready job per topic."""
+    store = _store(settings)
+    try:
+        rows, oldest = store.depth(), store.oldest_ready()
+    finally:
+        store.close()
+    if args.json:
+        _print_json({"depth": rows, "oldest_ready_s": oldest})
+        return 0
+    if not rows:
+        print("no jobs")
+        return 0
+    print(f"{'topic':<32} {'state':<11} {'jobs':>9}")
+    for row in rows:
+        print(f"{row['topic']:<32} {row['state']:<11} {row['jobs']:>9}")
+    print(f"\n{'topic':<32} {'oldest ready job waited':>23}")
+    for topic in sorted({r["topic"] for r in rows}):
+        age = oldest.get(topic, 0.0)
+        shown = format_duration(timedelta(milliseconds=round(age * 1000))) if age else "0s"
+        print(f"{topic:<32} {shown:>23}")
+    return 0
+
+
+# --- config ---------------------------------------------------------------------------
+
+
+def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
+    """Print the effective configuration, secrets redacted."""
+    print(settings_to_toml(settings) if args.format == "toml" else settings_to_env(settings),
+          end="")
+    return 0
+
+
+# --- work -------------------------------------------------------------------------------
+
+
+def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one slot in the foreground until SIGTERM/SIGINT."""
+    from brooq.app import load_app
+    from brooq.worker import InProcessWorker, WorkerConfig
+
+    queue = load_app(args.app)
+    queue.configure(_kind_defaults(settings))
+    topics = _topics(args.topics, queue.registry.topics())
+    config = WorkerConfig(
+        dsn=settings.database_url or _queue_dsn(queue), lease=settings.lease,
+        poll_interval=settings.poll_interval, reaper_period=settings.reaper_period,
+        retention_ttl=settings.retention_ttl, retention_batch=settings.retention_batch,
+        retention_period=settings.retention_period, topics=topics,
+        max_jobs=args.max_jobs, exit_when_idle=args.exit_when_idle,
+    )
+    return InProcessWorker(queue, config).run()
+
+
+def _kind_defaults(settings: Settings) -> KindOptions:
+    return KindOptions(**settings.kind_defaults(), watchdog_grace=settings.watchdog_grace)
+
+
+def _queue_dsn(queue: Any) -> str:
+    if isinstance(queue.source, str):
+        return str(queue.source)
+    raise UsageError("DATABASE_URL is not set and the app's Queue was not built from a DSN")
+
+
+def _topics(given: str | None, registered: Sequence[str]) -> list[str]:
+    if not given:
+        return list(registered)
+    topics = [t.strip() for t in given.split(",") if t.strip()]
+    unknown = [t for t in topics if t not in registered]
+    if unknown:
+        raise UsageError(
+            f"--topics names topics the app does not handle: {', '.join(unknown)}; "
+            f"it handles: {', '.join(registered)}"
+        )
+    return topics
+
+
+# --- parser -------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="brooq", description="brooq: a PostgreSQL-backed job queue.",
+        epilog="Configuration: environment, .env, --config TOML, flags. See `brooq config show`.",
+    )
+    parser.add_argument("--version", action="version", version=f"brooq {__version__}")
+    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+    parser.add_argument("--env-file", default=".env", metavar="FILE",
+                        help="dotenv file to read (default: .env when present)")
+    parser.add_argument("--log-format", choices=["kv", "json"], help="log line format")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_migrate(sub)
+    _add_jobs(sub)
+    _add_work(sub)
+    return parser
+
+
+def _add_migrate(sub: Any) -> None:
+    p = sub.add_parser("migrate", help="apply, roll back or list schema migrations")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--steps", type=int, default=1, help="down: how many to roll back (default 1)")
+    p.add_argument("--all", action="store_true", help="down: roll back every migration")
+    p.set_defaults(func=cmd_migrate)
+
+
+def _add_jobs(sub: Any) -> None:
+    p = sub.add_parser("enqueue", help="enqueue one job and print its id")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--payload", default="null", help="JSON payload (default: null)")
+    p.add_argument("--key", help="idempotency key (per topic)")
+    p.add_argument("--at", help="ISO 8601 time with zone, or a delay like 30s")
+    p.set_defaults(func=cmd_enqueue)
+    p = sub.add_parser("job", help="show a job's row: its whole fate")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_job)
+    p = sub.add_parser("cancel", help="cancel a pending, failed or running job")
+    p.add_argument("id")
+    p.add_argument("--reason")
+    p.set_defaults(func=cmd_cancel)
+    p = sub.add_parser("status", help="depth per topic and state, oldest ready age")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_status)
+    p = sub.add_parser("config", help="print the effective configuration")
+    p.add_argument("action", choices=["show"])
+    p.add_argument("--format", choices=["env", "toml"], default="env")
+    p.set_defaults(func=cmd_config)
+
+
+def _add_work(sub: Any) -> None:
+    p = sub.add_parser("work", help="run one job slot in this process until SIGTERM/SIGINT")
+    p.add_argument("--app", required=True, metavar="MODULE:QUEUE")
+    p.add_argument("--topics", help="comma-separated topics to serve (default: all of the app's)")
+    p.add_argument("--lease", help="lease duration, e.g. 2m")
+    p.add_argument("--poll-interval", help="idle poll interval, e.g. 1s")
+    p.add_argument("--max-jobs", type=int, default=0, help="exit after this many attempts")
+    p.add_argument("--exit-when-idle", action="store_true",
+                   help="exit when no job is ready (scripts, tests)")
+    p.set_defaults(func=cmd_work)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"brooq: error: {message}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``brooq`` command; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+        setup_logging(settings.log_format, settings.log_level)
+        code: int = args.func(args, settings)
+        return code
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"brooq: config: {problem}", file=sys.stderr)
+        return 2
+    except (UsageError, InvalidJob, InvalidTopic, InvalidKindOptions) as exc:
+        print(f"brooq: error: {exc}", file=sys.stderr)
+        return 2
+    except JobNotFound as exc:
+        print(f"brooq: error: {exc}", file=sys.stderr)
+        return 1
+    except BrooqError as exc:
+        code = 2 if type(exc).__name__ == "AppLoadError" else 1
+        print(f"brooq: error: {exc}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

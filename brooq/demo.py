@@ -1,0 +1,127 @@
+"""A demo application and a self-running tour: ``python -m brooq.demo`` (``make demo``).
+
+Kinds: ``demo.ok`` (succeeds), ``demo.flaky`` (fails its first attempts,
+then succeeds), ``demo.poison`` (always fails: ends ``dead``), ``demo.slow``
+(sleeps; some past their attempt timeout). The tour enqueues a few hundred
+jobs, runs workers until every one is settled, prints the outcomes and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import brooq
+from brooq.postgres.store import PostgresStore
+
+LOCAL_DATABASE_URL = "postgresql://brooq:brooq@127.0.0.1:55433/brooq"
+
+queue = brooq.Queue(
+    os.environ.get("DATABASE_URL") or LOCAL_DATABASE_URL,
+    defaults=brooq.KindOptions(backoff_base="50ms", backoff_max="300ms", max_attempts=3),
+)
+
+
+@queue.kind("demo.ok")
+def ok(claim: brooq.Claim) -> None:
+    """Succeeds after a few milliseconds of work."""
+    time.sleep(0.002)
+
+
+@queue.kind("demo.flaky", max_attempts=4)
+def flaky(claim: brooq.Claim) -> None:
+    """Fails its first ``fail_times`` attempts, then succeeds."""
+    if claim.attempt <= int(claim.payload.get("fail_times", 1)):
+        raise RuntimeError(f"transient failure on attempt {claim.attempt} (demo)")
+
+
+@queue.kind("demo.poison", max_attempts=2)
+def poison(claim: brooq.Claim) -> None:
+    """Always fails: reaches ``dead`` after max_attempts, with last_error saying why."""
+    raise ValueError("this payload can never be processed (demo)")
+
+
+@queue.kind("demo.slow", attempt_timeout="1s", max_attempts=2)
+def slow(claim: brooq.Claim) -> None:
+    """Sleeps; jobs asking for more than the 1s attempt timeout are interrupted."""
+    time.sleep(float(claim.payload.get("seconds", 0.1)))
+
+
+MIX = (("demo.ok", 0.7), ("demo.flaky", 0.15), ("demo.poison", 0.05), ("demo.slow", 0.1))
+
+
+def demo_jobs(count: int, run: str, rng: random.Random) -> list[brooq.Job]:
+    """``count`` jobs of the demo kinds in the proportions of MIX."""
+    topics = rng.choices([t for t, _ in MIX], weights=[w for _, w in MIX], k=count)
+    jobs = []
+    for i, topic in enumerate(topics):
+        payload: dict[str, object] = {"run": run, "n": i}
+        if topic == "demo.flaky":
+            payload["fail_times"] = rng.choice([1, 2])
+        if topic == "demo.slow":
+            payload["seconds"] = rng.choice([0.05, 0.2, 3.0])
+        jobs.append(brooq.Job(topic=topic, payload=payload))
+    return jobs
+
+
+def worker_command(workers: int) -> list[str]:
+    """The command that processes the demo jobs."""
+    return [sys.executable, "-m", "brooq.cli", "work", "--app", "brooq.demo:queue"]
+
+
+def wait_settled(store: PostgresStore, ids: Sequence[str], timeout_s: float) -> Counter[tuple[str, str]]:
+    """Poll until every job is terminal (or the timeout passes); count (topic, state)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = [store.get(i) for i in ids]
+        if all(r.state.is_terminal for r in records) or time.monotonic() > deadline:
+            return Counter((r.topic, str(r.state)) for r in records)
+        time.sleep(0.5)
+
+
+def print_table(counts: Counter[tuple[str, str]]) -> None:
+    """Outcomes per topic as a small table."""
+    states = ["done", "dead", "canceled", "failed", "pending", "processing"]
+    print(f"\n{'topic':<14}" + "".join(f"{s:>11}" for s in states))
+    for topic in sorted({t for t, _ in counts}):
+        print(f"{topic:<14}" + "".join(f"{counts.get((topic, s), 0):>11}" for s in states))
+    total = sum(counts.values())
+    print(f"{'total':<14}{total:>11} jobs\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Enqueue demo jobs, process them with real workers, print the outcomes."""
+    parser = argparse.ArgumentParser(prog="python -m brooq.demo")
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    args = parser.parse_args(argv)
+    dsn = os.environ.get("DATABASE_URL") or LOCAL_DATABASE_URL
+    store = PostgresStore(dsn)
+    run = f"{os.getpid()}-{int(time.time())}"
+    ids = [r.id for r in store.enqueue_many(demo_jobs(args.jobs, run, random.Random(run)))]
+    print(f"enqueued {len(ids)} demo jobs (run {run}); processing…", flush=True)
+    started = time.monotonic()
+    env = {**os.environ, "DATABASE_URL": dsn, "LOG_LEVEL": os.environ.get("LOG_LEVEL", "error")}
+    worker = subprocess.Popen(worker_command(args.workers), env=env)
+    try:
+        counts = wait_settled(store, ids, args.timeout)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=30)
+    print_table(counts)
+    print(f"settled in {time.monotonic() - started:.1f}s; inspect one: brooq job {ids[0]}")
+    store.close()
+    unsettled = sum(n for (_, s), n in counts.items() if s not in ("done", "dead", "canceled"))
+    return 1 if unsettled else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
