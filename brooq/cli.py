@@ -50,6 +50,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 _FLAG_KEYS = {
     "lease": "QUEUE_LEASE", "poll_interval": "QUEUE_POLL_INTERVAL",
+    "max_jobs_per_worker": "QUEUE_MAX_JOBS_PER_WORKER",
+    "max_memory_per_worker": "QUEUE_MAX_MEMORY_PER_WORKER",
+    "watchdog_grace": "QUEUE_WATCHDOG_GRACE",
     "log_format": "LOG_FORMAT", "log_level": "LOG_LEVEL",
 }
 
@@ -224,6 +227,29 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
     return InProcessWorker(queue, config).run()
 
 
+def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
+    """Fork the worker processes and supervise them until SIGTERM/SIGINT/SIGQUIT."""
+    from brooq.app import load_app
+    from brooq.supervisor.arbiter import Supervisor, SupervisorConfig
+    from brooq.supervisor.slots import parse_slots
+
+    queue = load_app(args.app)
+    queue.configure(_kind_defaults(settings))
+    served = _topics(args.topics, queue.registry.topics())
+    slots = parse_slots(args.workers or str(settings.workers), served, queue.registry.topics())
+    graceful = parse_duration(args.graceful_timeout)
+    config = SupervisorConfig(
+        slots=slots, dsn=settings.database_url or _queue_dsn(queue), lease=settings.lease,
+        poll_interval=settings.poll_interval, reaper_period=settings.reaper_period,
+        retention_ttl=settings.retention_ttl, retention_batch=settings.retention_batch,
+        retention_period=settings.retention_period, graceful_timeout=graceful,
+        max_jobs_per_worker=settings.max_jobs_per_worker,
+        max_memory_per_worker=settings.max_memory_per_worker, notify=settings.notify,
+        max_payload_bytes=settings.max_payload_bytes, name=args.app,
+    )
+    return Supervisor(queue, config).run()
+
+
 def _kind_defaults(settings: Settings) -> KindOptions:
     return KindOptions(**settings.kind_defaults(), watchdog_grace=settings.watchdog_grace)
 
@@ -310,6 +336,19 @@ def _add_work(sub: Any) -> None:
     p.add_argument("--exit-when-idle", action="store_true",
                    help="exit when no job is ready (scripts, tests)")
     p.set_defaults(func=cmd_work)
+    p = sub.add_parser("supervise", help="fork N worker processes and supervise them")
+    p.add_argument("--app", required=True, metavar="MODULE:QUEUE")
+    p.add_argument("--workers", help="a count (8) or topic=count pairs (email.send=4,report=2); "
+                   "default QUEUE_WORKERS")
+    p.add_argument("--topics", help="comma-separated topics this supervisor serves")
+    p.add_argument("--graceful-timeout", default="30s",
+                   help="on SIGTERM, how long running jobs may finish (default 30s)")
+    p.add_argument("--max-jobs-per-worker", help="recycle a worker after this many jobs")
+    p.add_argument("--max-memory-per-worker", help="recycle a worker above this RSS, e.g. 512MiB")
+    p.add_argument("--watchdog-grace", help="how long an interrupted handler may take to exit")
+    p.add_argument("--lease", help="lease duration, e.g. 2m")
+    p.add_argument("--poll-interval", help="idle poll interval, e.g. 1s")
+    p.set_defaults(func=cmd_supervise)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -329,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in exc.problems:
             print(f"brooq: config: {problem}", file=sys.stderr)
         return 2
-    except (UsageError, InvalidJob, InvalidTopic, InvalidKindOptions) as exc:
+    except (UsageError, InvalidJob, InvalidTopic, InvalidKindOptions, ValueError) as exc:
         print(f"brooq: error: {exc}", file=sys.stderr)
         return 2
     except JobNotFound as exc:

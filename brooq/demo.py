@@ -2,8 +2,10 @@
 
 Kinds: ``demo.ok`` (succeeds), ``demo.flaky`` (fails its first attempts,
 then succeeds), ``demo.poison`` (always fails: ends ``dead``), ``demo.slow``
-(sleeps; some past their attempt timeout). The tour enqueues a few hundred
-jobs, runs workers until every one is settled, prints the outcomes and exits.
+(sleeps; some past their attempt timeout), ``demo.hang`` (ignores signals and
+spins: killed by the watchdog), ``demo.crash`` (kills its own process). The
+tour enqueues a few hundred jobs, runs ``brooq supervise --workers 4`` until
+every one is settled, prints the outcomes and exits.
 """
 
 from __future__ import annotations
@@ -54,12 +56,31 @@ def slow(claim: brooq.Claim) -> None:
     time.sleep(float(claim.payload.get("seconds", 0.1)))
 
 
-MIX = (("demo.ok", 0.7), ("demo.flaky", 0.15), ("demo.poison", 0.05), ("demo.slow", 0.1))
+@queue.kind("demo.hang", attempt_timeout="1s", watchdog_grace="1s", max_attempts=1)
+def hang(claim: brooq.Claim) -> None:
+    """Ignores its timeout and spins, as a handler stuck in C code would: the supervisor
+    SIGKILLs its process after the grace and records the failure."""
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    while True:
+        pass
+
+
+@queue.kind("demo.crash", max_attempts=2)
+def crash(claim: brooq.Claim) -> None:
+    """Kills its own process, as a segfault or the OOM killer would: recorded, then ``dead``."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+MIX = (
+    ("demo.ok", 0.68), ("demo.flaky", 0.15), ("demo.poison", 0.05), ("demo.slow", 0.08),
+    ("demo.hang", 0.01), ("demo.crash", 0.03),
+)
 
 
 def demo_jobs(count: int, run: str, rng: random.Random) -> list[brooq.Job]:
     """``count`` jobs of the demo kinds in the proportions of MIX."""
-    topics = rng.choices([t for t, _ in MIX], weights=[w for _, w in MIX], k=count)
+    topics = rng.choices([t for t, _ in MIX], weights=[w for _, w in MIX], k=count - 2)
+    topics += ["demo.hang", "demo.crash"]  # at least one of each, whatever the draw
     jobs = []
     for i, topic in enumerate(topics):
         payload: dict[str, object] = {"run": run, "n": i}
@@ -73,17 +94,30 @@ def demo_jobs(count: int, run: str, rng: random.Random) -> list[brooq.Job]:
 
 def worker_command(workers: int) -> list[str]:
     """The command that processes the demo jobs."""
-    return [sys.executable, "-m", "brooq.cli", "work", "--app", "brooq.demo:queue"]
+    return [sys.executable, "-m", "brooq.cli", "supervise", "--app", "brooq.demo:queue",
+            "--workers", str(workers)]
 
 
-def wait_settled(store: PostgresStore, ids: Sequence[str], timeout_s: float) -> Counter[tuple[str, str]]:
-    """Poll until every job is terminal (or the timeout passes); count (topic, state)."""
+def wait_settled(
+    store: PostgresStore, ids: Sequence[str], timeout_s: float
+) -> list[brooq.JobRecord]:
+    """Poll until every job is terminal (or the timeout passes); their rows."""
     deadline = time.monotonic() + timeout_s
     while True:
         records = [store.get(i) for i in ids]
         if all(r.state.is_terminal for r in records) or time.monotonic() > deadline:
-            return Counter((r.topic, str(r.state)) for r in records)
+            return records
         time.sleep(0.5)
+
+
+def print_errors(records: Sequence[brooq.JobRecord]) -> None:
+    """One recorded last_error per topic of dead jobs: what the queue saw happen."""
+    shown: dict[str, str] = {}
+    for r in records:
+        if str(r.state) == "dead" and r.topic not in shown:
+            shown[r.topic] = f"{r.last_error} (attempts={r.attempts})"
+    for topic, text in sorted(shown.items()):
+        print(f"  {topic:<12} {text}")
 
 
 def print_table(counts: Counter[tuple[str, str]]) -> None:
@@ -112,12 +146,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = {**os.environ, "DATABASE_URL": dsn, "LOG_LEVEL": os.environ.get("LOG_LEVEL", "error")}
     worker = subprocess.Popen(worker_command(args.workers), env=env)
     try:
-        counts = wait_settled(store, ids, args.timeout)
+        records = wait_settled(store, ids, args.timeout)
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=30)
+    counts = Counter((r.topic, str(r.state)) for r in records)
     print_table(counts)
-    print(f"settled in {time.monotonic() - started:.1f}s; inspect one: brooq job {ids[0]}")
+    print("recorded last_error of dead jobs:")
+    print_errors(records)
+    print(f"\nsettled in {time.monotonic() - started:.1f}s; inspect one: brooq job {ids[0]}")
     store.close()
     unsettled = sum(n for (_, s), n in counts.items() if s not in ("done", "dead", "canceled"))
     return 1 if unsettled else 0

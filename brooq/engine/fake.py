@@ -163,6 +163,21 @@ class InMemoryStore:
                     kept.add(row.id)
             return kept
 
+    def release(self, tickets: Sequence[Ticket]) -> set[str]:
+        """Return held rows to pending and give back their attempt."""
+        with self._lock:
+            released = set()
+            for ticket in tickets:
+                row = self._held(ticket)
+                if row is not None:
+                    now = self.now()
+                    self.rows[row.id] = replace(
+                        row, state=State.PENDING, attempts=max(row.attempts - 1, 0),
+                        locked_by=None, locked_until=None, available_at=now, updated_at=now,
+                    )
+                    released.add(row.id)
+            return released
+
     def requeue_expired(self) -> list[TopicCount]:
         """Return expired processing rows to pending; attempts untouched."""
         with self._lock:
@@ -180,6 +195,8 @@ class InMemoryStore:
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
         """Delete up to ``batch`` terminal rows older than ``ttl``, oldest first."""
+        if ttl <= timedelta(0):
+            raise ValueError("retention TTL must be positive; 0 disables retention")
         with self._lock:
             cutoff = self.now() - ttl
             old = sorted(

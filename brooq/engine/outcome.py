@@ -62,7 +62,10 @@ DONE = Outcome(SettleKind.DONE, "done")
 
 def describe_error(error: BaseException) -> str:
     """``Type: message``, bounded to LAST_ERROR_MAX_CHARS, for the ``last_error`` column."""
-    message = str(error).strip()
+    try:
+        message = str(error).strip()
+    except Exception:  # a broken __str__ must not turn a failure into a crash
+        message = "<exception str() failed>"
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     text = text.replace("\x00", "\\0")
     if len(text) > LAST_ERROR_MAX_CHARS:

@@ -82,6 +82,10 @@ class Store(Protocol):
         """Extend the leases still held; return the ids whose lease was extended."""
         ...
 
+    def release(self, tickets: Sequence[Ticket]) -> set[str]:
+        """Return held jobs to ``pending`` giving back their attempt (shutdown, not failure)."""
+        ...
+
     def requeue_expired(self) -> list[TopicCount]:
         """Return rows whose lease expired to ``pending`` without touching ``attempts``."""
         ...

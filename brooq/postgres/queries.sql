@@ -96,6 +96,18 @@ WHERE job.id = held.id AND job.state = 'processing'
   AND job.locked_by = held.holder AND job.attempts = held.attempt
 RETURNING job.id
 
+-- name: release
+-- Give jobs back without charging their attempt: the supervisor stopped their
+-- handlers (shutdown past its graceful timeout), not the jobs' own fault.
+UPDATE job
+SET state = 'pending', attempts = GREATEST(attempts - 1, 0), locked_by = NULL,
+    locked_until = NULL, available_at = now(), updated_at = now()
+FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
+     AS held(id, holder, attempt)
+WHERE job.id = held.id AND job.state = 'processing'
+  AND job.locked_by = held.holder AND job.attempts = held.attempt
+RETURNING job.id
+
 -- name: requeue_expired
 -- The reaper: a lease ran out (the holder's host or supervisor died). Not a
 -- failure, so attempts stay as they are; safe to run from many supervisors.

@@ -132,6 +132,14 @@ def _record(row: dict[str, Any]) -> JobRecord:
     return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"])})
 
 
+def _ticket_arrays(tickets: Sequence[Ticket]) -> dict[str, list[Any]]:
+    return {
+        "ids": [t.job_id for t in tickets],
+        "holders": [t.holder for t in tickets],
+        "attempts": [t.attempt for t in tickets],
+    }
+
+
 def _counts(rows: Iterable[Row]) -> list[TopicCount]:
     return [TopicCount(t, n) for t, n in sorted(Counter(r[0] for r in rows).items())]
 
@@ -152,6 +160,7 @@ class PostgresStore:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self.connector = Connector(source)
+        self._listening: psycopg.Connection[Any] | None = None
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
 
@@ -223,14 +232,16 @@ class PostgresStore:
         """Extend every lease still held, in one statement; return the ids extended."""
         if not tickets:
             return set()
-        params = {
-            "lease": lease,
-            "ids": [t.job_id for t in tickets],
-            "holders": [t.holder for t in tickets],
-            "attempts": [t.attempt for t in tickets],
-        }
+        params = {"lease": lease, **_ticket_arrays(tickets)}
         with self.connector.connection() as conn:
             return {str(r[0]) for r in conn.execute(sql("heartbeat"), params)}
+
+    def release(self, tickets: Sequence[Ticket]) -> set[str]:
+        """Return held jobs to ``pending`` and give back the attempt; ids released."""
+        if not tickets:
+            return set()
+        with self.connector.connection() as conn:
+            return {str(r[0]) for r in conn.execute(sql("release"), _ticket_arrays(tickets))}
 
     def requeue_expired(self) -> list[TopicCount]:
         """The reaper's one statement: expired leases back to pending, attempts untouched."""
@@ -286,6 +297,19 @@ class PostgresStore:
         with self.connector.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             return cur.execute(sql("recent_dead"), {"since": since, "limit": limit}).fetchall()
+
+    def wait_for_jobs(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s on this store's connection for an enqueue NOTIFY.
+
+        Notifications that arrived while the connection ran other statements
+        end the wait at once, so no wake-up is lost between two waits.
+        """
+        with self.connector.connection() as conn:
+            if self._listening is not conn:
+                conn.execute("LISTEN brooq_job")
+                self._listening = conn
+            for _ in conn.notifies(timeout=timeout, stop_after=1):
+                pass
 
     @staticmethod
     def _key(job_id: str) -> str:

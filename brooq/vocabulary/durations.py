@@ -85,7 +85,10 @@ def _to_timedelta(value: object) -> timedelta:
     if isinstance(value, int | float):
         if not math.isfinite(value):
             raise ValueError(f"{value} is not a finite number of seconds")
-        return timedelta(seconds=value)
+        try:
+            return timedelta(seconds=value)
+        except OverflowError:
+            raise ValueError(f"{value} seconds is too long; give at most 999999999 days") from None
     if isinstance(value, str):
         return parse_duration(value)
     raise ValueError(

@@ -19,8 +19,13 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     """
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise InvalidJob(
+            "payload is nested too deeply to encode as JSON; flatten it"
+        ) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidJob(f"payload is not JSON-serializable: {exc}") from None
+        hint = " (NaN and Infinity are not JSON)" if "Out of range float" in str(exc) else ""
+        raise InvalidJob(f"payload is not JSON-serializable: {exc}{hint}") from None
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:

@@ -1,0 +1,1 @@
+"""The pre-fork supervisor: N isolated worker processes, kill-and-recover."""

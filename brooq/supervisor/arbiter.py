@@ -1,0 +1,522 @@
+"""The supervisor loop, in the style of gunicorn's arbiter.
+
+Signal handlers only queue the signal (and wake the loop through the wakeup
+fd). One loop waits on the wakeup pipe, the children's report pipes and the
+cancel LISTEN connection, then runs small named steps: read_reports,
+reap_children, read_cancels, heartbeat, kill_hung, maintain, manage_workers.
+Every tick brings the children back to the target, so a lost signal costs
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import queue as stdqueue
+import select
+import signal
+import socket
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any
+
+import psycopg
+
+from brooq.engine.maintenance import Periodic, Reaper, Retention
+from brooq.engine.outcome import crash_outcome
+from brooq.engine.port import Ticket
+from brooq.logs import event
+from brooq.postgres.connect import connect
+from brooq.postgres.store import PostgresStore
+from brooq.queue import Queue
+from brooq.supervisor import osproc, protocol
+from brooq.supervisor.child import ChildConfig, child_main
+from brooq.supervisor.workers import InFlight, SlotState, WorkerProcess
+from brooq.vocabulary import StoreUnavailable, format_duration
+
+log = logging.getLogger("brooq.supervisor")
+
+HANDLED_SIGNALS = (
+    signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
+    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+)
+MAX_TICK_S = 1.0
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    """Everything the supervisor needs besides the app."""
+
+    slots: list[list[str]]
+    dsn: str
+    lease: timedelta
+    poll_interval: timedelta
+    reaper_period: timedelta
+    retention_ttl: timedelta
+    retention_batch: int
+    retention_period: timedelta
+    graceful_timeout: timedelta = timedelta(seconds=30)
+    max_jobs_per_worker: int = 0
+    max_memory_per_worker: int = 0
+    notify: bool = True
+    max_payload_bytes: int = 1024 * 1024
+    name: str = "app"
+
+
+class CancelListener:
+    """LISTEN brooq_cancel on a connection of its own; yields canceled job ids."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def fileno(self) -> int | None:
+        """The socket to wait on, connecting (and LISTENing) when needed; None while down."""
+        if self.conn is None or self.conn.closed or self.conn.broken:
+            try:
+                self.conn = connect(self.dsn)
+                self.conn.execute("LISTEN brooq_cancel")
+            except (StoreUnavailable, psycopg.Error):
+                self.conn = None
+                return None
+        return self.conn.fileno()
+
+    def drain(self) -> set[str]:
+        """Ids of jobs canceled since the last call."""
+        if self.conn is None:
+            return set()
+        try:
+            return {n.payload for n in self.conn.notifies(timeout=0)}
+        except psycopg.Error:
+            self.conn = None
+            return set()
+
+
+class Supervisor:
+    """Forks and supervises the worker processes of one app."""
+
+    def __init__(self, queue: Queue, config: SupervisorConfig) -> None:
+        self.queue, self.config = queue, config
+        self.slots = [SlotState(list(t)) for t in config.slots]
+        self.workers: dict[int, WorkerProcess] = {}
+        self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
+        self.wake_r, self.wake_w = -1, -1
+        self.generation = 0
+        self.stopping: str | None = None
+        self.stop_deadline = 0.0
+        self.restarts: Counter[str] = Counter()
+        self.hung: Counter[str] = Counter()
+        self.lease_lost: Counter[str] = Counter()
+        self.pid = os.getpid()
+        self.host = socket.gethostname()
+        self.store = PostgresStore(config.dsn, notify=config.notify,
+                                   max_payload_bytes=config.max_payload_bytes)
+        self.cancels = CancelListener(config.dsn)
+        self.heartbeats = Periodic(config.lease / 3)
+        self.reaper = Reaper(self.store, Periodic(config.reaper_period))
+        self.retention = Retention(self.store, config.retention_ttl, config.retention_batch,
+                                   Periodic(config.retention_period))
+        self.unwritten: list[tuple[Ticket, Any, float]] = []
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def run(self) -> int:
+        """Serve until stopped by a signal; the exit code (0 after a clean stop)."""
+        self.setup()
+        try:
+            while not (self.stopping and not self.workers):
+                self.handle_signals()
+                self.wait()
+                self.tick()
+        finally:
+            self.teardown()
+        event(log, "SupervisorExited", restarts=sum(self.restarts.values()))
+        return 0
+
+    def setup(self) -> None:
+        """Self-pipe, signal handlers, process title."""
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+            fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+        signal.set_wakeup_fd(self.wake_w)
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, self._queue_signal)
+        osproc.title(f"brooq supervisor {self.config.name} workers={len(self.slots)}")
+        event(log, "SupervisorStarted", workers=len(self.slots), pid=self.pid)
+
+    def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
+        """NO LOGGING, just queue the signal; the wakeup fd wakes the loop."""
+        self.signals.put(signum)
+
+    def teardown(self) -> None:
+        """Close what the parent opened."""
+        signal.set_wakeup_fd(-1)
+        for fd in (self.wake_r, self.wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.store.close()
+        if self.cancels.conn is not None:
+            self.cancels.conn.close()
+
+    def tick(self) -> None:
+        """One pass of every step."""
+        self.read_reports()
+        self.reap_children()
+        self.read_cancels()
+        self.heartbeat()
+        self.kill_hung()
+        self.maintain()
+        self.manage_workers()
+
+    # --- signals --------------------------------------------------------------------
+
+    def handle_signals(self) -> None:
+        """Dispatch queued signals to ``handle_<name>``."""
+        while True:
+            try:
+                signum = self.signals.get_nowait()
+            except stdqueue.Empty:
+                return
+            name = signal.Signals(signum).name.lower()
+            getattr(self, f"handle_{name}", lambda: None)()
+
+    def handle_sigterm(self) -> None:
+        """Graceful stop: no more claims; running jobs get the graceful timeout."""
+        if self.stopping:
+            self.handle_sigquit()
+            return
+        self.stopping = "graceful"
+        self.stop_deadline = time.monotonic() + self.config.graceful_timeout.total_seconds()
+        event(log, "SupervisorStopping", mode="graceful",
+              timeout=format_duration(self.config.graceful_timeout))
+        for worker in self.workers.values():
+            self.signal_worker(worker, signal.SIGTERM)
+
+    handle_sigint = handle_sigterm
+
+    def handle_sigquit(self) -> None:
+        """Fast stop: kill every child now; running jobs go back to pending uncharged."""
+        self.stopping = "fast"
+        event(log, "SupervisorStopping", mode="fast")
+        for worker in self.workers.values():
+            self.kill(worker, "shutdown")
+
+    def handle_sighup(self) -> None:
+        """Replace every child, one at a time, each finishing its job first."""
+        self.generation += 1
+        event(log, "SupervisorReloading", generation=self.generation)
+
+    def handle_sigttin(self) -> None:
+        """One worker more (serving every topic of this supervisor)."""
+        served = sorted({t for slot in self.slots for t in slot.topics})
+        self.slots.append(SlotState(served))
+        event(log, "WorkersChanged", workers=len(self.slots))
+
+    def handle_sigttou(self) -> None:
+        """One worker fewer (never below one); the slot's child finishes its job and leaves."""
+        if len(self.slots) > 1:
+            self.slots.pop()
+            event(log, "WorkersChanged", workers=len(self.slots))
+
+    def handle_sigchld(self) -> None:
+        """Nothing: reap_children runs every tick."""
+
+    # --- waiting ------------------------------------------------------------------------
+
+    def wait(self) -> None:
+        """Sleep until a signal, a child report, a cancel NOTIFY, or the next deadline."""
+        fds = [self.wake_r] + [w.reader.fd for w in self.workers.values() if not w.pipe_closed]
+        cancel_fd = self.cancels.fileno() if not self.stopping else None
+        if cancel_fd is not None:
+            fds.append(cancel_fd)
+        try:
+            ready, _, _ = select.select(fds, [], [], self.timeout())
+        except InterruptedError:
+            return
+        if self.wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.wake_r, 4096):
+                    pass
+
+    def timeout(self) -> float:
+        """Seconds until the next thing that must happen, at most MAX_TICK_S."""
+        now = time.monotonic()
+        deadlines = [self.heartbeats.next_at]
+        deadlines += [d for w in self.workers.values() if w.job and (d := w.job.next_deadline())]
+        return max(0.0, min([MAX_TICK_S] + [d - now for d in deadlines]))
+
+    # --- steps -----------------------------------------------------------------------------
+
+    def read_reports(self) -> None:
+        """Apply every message the children wrote since the last tick."""
+        for worker in list(self.workers.values()):
+            if worker.pipe_closed:
+                continue
+            messages, eof = worker.reader.read()
+            for message in messages:
+                self.apply_report(worker, message)
+            if eof:
+                worker.pipe_closed = True
+
+    def apply_report(self, worker: WorkerProcess, message: protocol.Message) -> None:
+        """Track what ``worker`` is doing."""
+        match message:
+            case protocol.Booted():
+                worker.booted = True
+                self.slots[worker.slot].booted() if worker.slot < len(self.slots) else None
+            case protocol.ClaimedJob(job_id, attempt, topic):
+                worker.job = self.in_flight(Ticket(job_id, worker.holder, attempt), topic)
+            case protocol.FinishedJob(job_id, _):
+                if worker.job and worker.job.ticket.job_id == job_id:
+                    worker.job = None
+            case protocol.Recycling(reason):
+                worker.recycle_reason = reason
+
+    def in_flight(self, ticket: Ticket, topic: str) -> InFlight:
+        """The watchdog's deadlines for a job just claimed."""
+        now = time.monotonic()
+        options = self.queue.registry.options(topic)
+        grace = (options.watchdog_grace or self.config.lease).total_seconds()
+        hard = options.max_execution_timeout
+        soft = options.attempt_timeout
+        return InFlight(
+            ticket=ticket, topic=topic, started=now, grace_s=grace,
+            hard_deadline=now + hard.total_seconds() if hard else None,
+            hung_deadline=now + soft.total_seconds() + grace if soft else None,
+        )
+
+    def reap_children(self) -> None:
+        """waitpid every child that ended; record what it leaves behind."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            worker = self.workers.pop(pid, None)
+            if worker is not None:
+                self.worker_exited(worker, status)
+
+    def worker_exited(self, worker: WorkerProcess, status: int) -> None:
+        """Settle the job a dead child held; count and log the restart reason."""
+        messages, _ = worker.reader.read() if not worker.pipe_closed else ([], True)
+        for message in messages:
+            self.apply_report(worker, message)
+        with contextlib.suppress(OSError):
+            os.close(worker.reader.fd)
+        how = osproc.describe_exit(status)
+        reason = self.exit_reason(worker, status)
+        if worker.job is not None:
+            self.settle_orphan(worker, how)
+        if not worker.booted and worker.slot < len(self.slots) and not self.stopping:
+            delay = self.slots[worker.slot].boot_failed(time.monotonic())
+            event(log, "WorkerBootFailed", logging.ERROR, slot=worker.slot, pid=worker.pid,
+                  exit=how, retry_in_s=delay)
+        self.restarts[reason] += 1
+        level = logging.INFO if reason in ("stopped", "max_jobs", "max_memory", "reload") \
+            else logging.WARNING
+        event(log, "WorkerExited", level, slot=worker.slot, pid=worker.pid, exit=how,
+              reason=reason)
+
+    def exit_reason(self, worker: WorkerProcess, status: int) -> str:
+        """Why the child is gone, for logs and brooq_worker_restarts_total."""
+        if worker.kill_reason:
+            return worker.kill_reason.split(":")[0]
+        if worker.recycle_reason:
+            return worker.recycle_reason
+        if worker.retiring:
+            return "reload" if self.generation > worker.generation else "stopped"
+        if self.stopping and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            return "stopped"
+        return "crash"
+
+    def settle_orphan(self, worker: WorkerProcess, how: str) -> None:
+        """The child died holding a job: release, record a failure, or write nothing."""
+        job = worker.job
+        assert job is not None
+        kill = worker.kill_reason or ""
+        if kill == "shutdown":
+            self.store_call(lambda: self.store.release([job.ticket]))
+            event(log, "JobReleased", job_id=job.ticket.job_id, topic=job.topic)
+            return
+        if kill.startswith("hung:lease_lost") or kill.startswith("hung:canceled"):
+            return  # the row is no longer ours: canceled, or held by someone else
+        options = self.queue.registry.options(job.topic)
+        outcome = crash_outcome(self.crash_text(kill, how, job), job.ticket.attempt, options)
+        if not self.store_call(lambda: self.store.settle(job.ticket, outcome)):
+            self.unwritten.append((job.ticket, outcome, time.monotonic()))
+        event(log, "JobDead" if outcome.label == "dead" else "JobFailed", logging.WARNING,
+              job_id=job.ticket.job_id, topic=job.topic, attempt=job.ticket.attempt,
+              outcome=outcome.label, error=outcome.error)
+
+    def crash_text(self, kill: str, how: str, job: InFlight) -> str:
+        """last_error for an attempt whose process died."""
+        if kill == "max_execution":
+            return f"max_execution_timeout exceeded; the supervisor killed the worker ({how})"
+        if kill == "hung:attempt_timeout":
+            return (f"attempt timed out and the handler did not exit within "
+                    f"{job.grace_s:g}s; the supervisor killed the worker ({how})")
+        return f"worker process {how} while running the handler"
+
+    def store_call(self, call: Any) -> Any:
+        """Run a store call; on an outage log it and return None (retried by later ticks)."""
+        try:
+            return call()
+        except StoreUnavailable as exc:
+            event(log, "DatabaseUnavailable", logging.WARNING, error=str(exc))
+            return None
+
+    def read_cancels(self) -> None:
+        """Interrupt children running jobs that were just canceled."""
+        canceled = self.cancels.drain()
+        for worker in self.workers.values():
+            job = worker.job
+            if job and job.ticket.job_id in canceled and job.interrupted is None:
+                self.interrupt(worker, "canceled", signal.SIGUSR2)
+
+    def heartbeat(self) -> None:
+        """One statement extends every lease; a lease not extended is lost."""
+        if not self.heartbeats.due(time.monotonic()):
+            return
+        held = {w.job.ticket.job_id: w for w in self.workers.values()
+                if w.job and w.job.interrupted is None}
+        if not held:
+            return
+        tickets = [w.job.ticket for w in held.values() if w.job]
+        kept = self.store_call(lambda: self.store.heartbeat(tickets, self.config.lease))
+        if kept is None:
+            return
+        for job_id, worker in held.items():
+            if job_id not in kept and worker.job and worker.job.ticket.job_id == job_id:
+                self.lease_lost[worker.job.topic] += 1
+                self.interrupt(worker, "lease_lost", signal.SIGUSR1)
+
+    def interrupt(self, worker: WorkerProcess, reason: str, signum: int) -> None:
+        """Raise an Interrupted in the handler; the watchdog kills it after the grace."""
+        assert worker.job is not None
+        worker.job.interrupted, worker.job.interrupted_at = reason, time.monotonic()
+        event(log, "LeaseLost" if reason == "lease_lost" else "JobCanceled",
+              job_id=worker.job.ticket.job_id, topic=worker.job.topic, pid=worker.pid,
+              note="interrupting the handler")
+        self.signal_worker(worker, signum)
+
+    def kill_hung(self) -> None:
+        """SIGKILL children past their watchdog deadlines."""
+        now = time.monotonic()
+        for worker in list(self.workers.values()):
+            if worker.job and worker.kill_reason is None:
+                reason = worker.job.kill_due(now)
+                if reason:
+                    if reason.startswith("hung:"):
+                        self.hung[worker.job.topic] += 1
+                    self.kill(worker, reason)
+        if self.stopping == "graceful" and now >= self.stop_deadline:
+            for worker in self.workers.values():
+                if worker.kill_reason is None:
+                    self.kill(worker, "shutdown")
+
+    def maintain(self) -> None:
+        """Reaper, retention, and retries of outcomes an outage kept from being written."""
+        now = time.monotonic()
+        self.store_call(lambda: self.reaper.tick(now))
+        self.store_call(lambda: self.retention.tick(now))
+        pending, self.unwritten = self.unwritten, []
+        for ticket, outcome, since in pending:
+            if now - since > self.config.lease.total_seconds():
+                continue  # the reaper has returned the job by now; nothing to write
+            if self.store_call(lambda t=ticket, o=outcome: self.store.settle(t, o)) is None:
+                self.unwritten.append((ticket, outcome, since))
+
+    def manage_workers(self) -> None:
+        """Bring the children back to the target: spawn missing, retire extra and old ones."""
+        if self.stopping:
+            return
+        self.retire_extra()
+        self.rotate_generation()
+        self.spawn_missing()
+
+    def retire_extra(self) -> None:
+        """Children whose slot no longer exists (after TTOU) finish their job and leave."""
+        for worker in self.workers.values():
+            if worker.slot >= len(self.slots) and not worker.retiring:
+                worker.retiring = True
+                self.signal_worker(worker, signal.SIGTERM)
+
+    def rotate_generation(self) -> None:
+        """After HUP, replace the old children one by one (the replacement starts first)."""
+        if any(w.retiring for w in self.workers.values()):
+            return
+        old = [w for w in self.workers.values() if w.generation < self.generation]
+        if old:
+            oldest = min(old, key=lambda w: w.started)
+            oldest.retiring = True
+            self.signal_worker(oldest, signal.SIGTERM)
+
+    def spawn_missing(self) -> None:
+        """Fork a child for every slot without a live, non-retiring one."""
+        now = time.monotonic()
+        taken = {w.slot for w in self.workers.values() if not w.retiring}
+        for slot_no, slot in enumerate(self.slots):
+            if slot_no not in taken and now >= slot.not_before:
+                self.spawn(slot_no)
+
+    # --- processes ---------------------------------------------------------------------
+
+    def spawn(self, slot_no: int) -> None:
+        """Fork one child for ``slot_no``."""
+        read_fd, write_fd = os.pipe()
+        config = self.child_config(slot_no)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self.become_child(read_fd)
+            child_main(self.queue, config, write_fd, self.pid)
+        os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        worker = WorkerProcess(
+            slot=slot_no, pid=pid, reader=protocol.Reader(read_fd), started=time.monotonic(),
+            generation=self.generation, holder=f"{self.host}:{pid}",
+        )
+        self.workers[pid] = worker
+        event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(config.topics))
+
+    def become_child(self, read_fd: int) -> None:
+        """In the new child: drop the parent's signal handling and its file descriptors."""
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for fd in [read_fd, self.wake_r, self.wake_w] + [w.reader.fd for w in self.workers.values()]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def child_config(self, slot_no: int) -> ChildConfig:
+        """The configuration of the child serving ``slot_no``."""
+        c = self.config
+        return ChildConfig(
+            slot=slot_no, topics=self.slots[slot_no].topics, dsn=c.dsn, lease=c.lease,
+            poll_interval=c.poll_interval, max_jobs=c.max_jobs_per_worker,
+            max_memory=c.max_memory_per_worker, notify=c.notify,
+            max_payload_bytes=c.max_payload_bytes,
+        )
+
+    def signal_worker(self, worker: WorkerProcess, signum: int) -> None:
+        """Send ``signum`` to a child that may already be gone."""
+        worker.signals_sent.append(signal.Signals(signum).name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signum)
+
+    def kill(self, worker: WorkerProcess, reason: str) -> None:
+        """SIGKILL a child; ``reason`` decides what reap_children writes for its job."""
+        worker.kill_reason = reason
+        event(log, "WorkerKilled", logging.WARNING, slot=worker.slot, pid=worker.pid,
+              reason=reason, job_id=worker.job.ticket.job_id if worker.job else None)
+        self.signal_worker(worker, signal.SIGKILL)

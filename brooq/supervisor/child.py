@@ -1,0 +1,160 @@
+"""A worker process: one connection opened after fork, one slot, reports over a pipe.
+
+It claims, runs the handler in its main thread, settles in a transaction,
+and tells the parent what it claimed and when it finished. It dies with its
+parent, and leaves only through ``os._exit`` so that nothing inherited from
+the parent (connections, atexit hooks) runs in it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import NoReturn
+
+from brooq.engine.port import Claimed
+from brooq.engine.runner import Attempted, SlotRunner
+from brooq.events import LoggingListener
+from brooq.postgres.store import PostgresStore
+from brooq.queue import Queue
+from brooq.supervisor import osproc, protocol
+from brooq.vocabulary import KindOptions, StoreUnavailable
+
+log = logging.getLogger("brooq.child")
+
+EXIT_OK = 0
+EXIT_CRASH = 1
+EXIT_RECYCLE = 4
+MAX_RECONNECT_BACKOFF_S = 30.0
+
+
+@dataclass(frozen=True)
+class ChildConfig:
+    """What one worker process needs."""
+
+    slot: int
+    topics: list[str]
+    dsn: str
+    lease: timedelta
+    poll_interval: timedelta
+    max_jobs: int = 0
+    max_memory: int = 0
+    notify: bool = True
+    max_payload_bytes: int = 1024 * 1024
+
+
+class ChildListener:
+    """Reports claims and outcomes to the parent, keeps the process title, logs events."""
+
+    def __init__(self, fd: int, slot: int) -> None:
+        self.fd, self.slot = fd, slot
+        self.current: str | None = None
+        self.log = LoggingListener()
+
+    def claimed(self, claimed: Claimed, options: KindOptions) -> None:
+        """Tell the parent before the handler starts, so it can keep the lease."""
+        self.current = claimed.id
+        protocol.send(self.fd, protocol.ClaimedJob(claimed.id, claimed.attempt, claimed.topic))
+        osproc.title(f"brooq worker {self.slot}: {claimed.topic} job {claimed.id} "
+                     f"attempt {claimed.attempt}")
+        self.log.claimed(claimed, options)
+
+    def settled(self, attempted: Attempted) -> None:
+        """Tell the parent the job is no longer ours."""
+        label = attempted.outcome.label if attempted.written else "lost"
+        self.finish(attempted.claimed.id, label)
+        self.log.settled(attempted)
+
+    def finish(self, job_id: str, label: str) -> None:
+        """Report the end of ``job_id`` and go back to idle."""
+        self.current = None
+        protocol.send(self.fd, protocol.FinishedJob(job_id, label))
+        osproc.title(f"brooq worker {self.slot}: idle")
+
+
+class Child:
+    """The loop of one worker process."""
+
+    def __init__(self, queue: Queue, config: ChildConfig, report_fd: int) -> None:
+        self.queue, self.config, self.fd = queue, config, report_fd
+        self.stopping = False
+        self.jobs = 0
+        self.store = PostgresStore(config.dsn, notify=config.notify,
+                                   max_payload_bytes=config.max_payload_bytes)
+        self.listener = ChildListener(report_fd, config.slot)
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.runner = SlotRunner(self.store, queue.registry, holder, config.lease,
+                                 config.topics, self.listener)
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True  # finish the running job, then leave
+
+    def install_signals(self) -> None:
+        """TERM: finish and leave. INT (a terminal's ^C reaches the whole group): the parent decides."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGTERM, self._on_term)
+        for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
+            signal.signal(signum, signal.SIG_IGN)
+        for signum in (signal.SIGQUIT, signal.SIGCHLD):
+            signal.signal(signum, signal.SIG_DFL)
+        self.runner.interrupts.install()
+
+    def run(self) -> int:
+        """Claim and run jobs until told to stop or due for recycling; the exit code."""
+        osproc.title(f"brooq worker {self.config.slot}: idle")
+        protocol.send(self.fd, protocol.Booted())
+        backoff = 0.2
+        while not self.stopping:
+            try:
+                worked = self.runner.run_once() is not None
+                if not worked and not self.stopping:
+                    self.store.wait_for_jobs(self.config.poll_interval.total_seconds())
+                backoff = 0.2
+            except StoreUnavailable as exc:
+                self._unsettled()
+                log.warning("database unavailable; retrying", extra={
+                    "event": "DatabaseUnavailable", "error": str(exc), "retry_in_s": backoff})
+                time.sleep(backoff)
+                backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF_S)
+                continue
+            if worked:
+                self.jobs += 1
+                reason = self._recycle_reason()
+                if reason:
+                    protocol.send(self.fd, protocol.Recycling(reason))
+                    return EXIT_RECYCLE
+        return EXIT_OK
+
+    def _unsettled(self) -> None:
+        # The outcome of the running job could not be written: the parent stops
+        # keeping its lease, the reaper returns it, and it runs again.
+        if self.listener.current is not None:
+            self.listener.finish(self.listener.current, "unsettled")
+
+    def _recycle_reason(self) -> str | None:
+        if self.config.max_jobs and self.jobs >= self.config.max_jobs:
+            return "max_jobs"
+        if self.config.max_memory and osproc.rss_bytes() > self.config.max_memory:
+            return "max_memory"
+        return None
+
+
+def child_main(queue: Queue, config: ChildConfig, report_fd: int, parent_pid: int) -> NoReturn:
+    """Entry point after fork; never returns."""
+    code = EXIT_CRASH
+    try:
+        osproc.die_with_parent(parent_pid)
+        child = Child(queue, config, report_fd)
+        child.install_signals()
+        code = child.run()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)

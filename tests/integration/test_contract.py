@@ -1,0 +1,856 @@
+"""The Store contract: one suite, run against the in-memory fake and the PostgreSQL store.
+
+Whatever passes here holds for both, so engine tests over the fake can be
+trusted. Time is the store's own: the fake's settable clock, PostgreSQL's now().
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql as pgsql
+
+from brooq.engine.fake import InMemoryStore
+from brooq.engine.outcome import DONE, Outcome, SettleKind, decide
+from brooq.engine.port import Claimed, Store, Ticket, TopicCount
+from brooq.postgres.store import PostgresStore
+from brooq.vocabulary import (
+    BUILTIN_KIND_DEFAULTS,
+    CancelJob,
+    Claim,
+    Delay,
+    Job,
+    JobNotFound,
+    JobRecord,
+    KindOptions,
+    PreserveAttempt,
+    State,
+)
+from tests.integration.helpers import run_one
+
+LEASE = timedelta(minutes=1)
+LONG_LEASE = timedelta(hours=1)
+OPTS = KindOptions(
+    max_attempts=3, backoff_base=timedelta(seconds=10), backoff_max=timedelta(seconds=60)
+).with_defaults(BUILTIN_KIND_DEFAULTS)
+SLACK = timedelta(seconds=2)
+
+
+def failed_outcome(attempt: int = 1) -> Outcome:
+    return decide(RuntimeError("boom"), attempt, OPTS)
+
+
+def dead_outcome() -> Outcome:
+    return decide(RuntimeError("boom"), OPTS.max_attempts or 3, OPTS)
+
+
+def canceled_outcome() -> Outcome:
+    return decide(CancelJob("not wanted"), 1, OPTS)
+
+
+ALL_OUTCOMES = {
+    "done": DONE,
+    "failed": failed_outcome(),
+    "dead": dead_outcome(),
+    "canceled": canceled_outcome(),
+    "preserved": decide(PreserveAttempt(), 1, OPTS),
+    "delayed": decide(Delay(5), 1, OPTS),
+}
+
+
+# -- the two stores behind one small test interface ------------------------------------------
+
+
+class FakeEnv:
+    """Time and row surgery for the in-memory store."""
+
+    def __init__(self, store: InMemoryStore, clock: Any) -> None:
+        self.store = store
+        self.clock = clock
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def expire(self, *ids: str) -> None:
+        """Move the clock past the leases of ``ids`` (longer leases survive)."""
+        latest = max(self.store.get(i).locked_until for i in ids)  # type: ignore[type-var]
+        if latest >= self.clock.now:
+            self.clock.now = latest + timedelta(seconds=1)
+
+    def force(self, job_id: str, **cols: Any) -> None:
+        row = self.store.get(job_id)
+        if "state" in cols:
+            cols["state"] = State(cols["state"])
+        self.store.rows[row.id] = dataclasses.replace(row, **cols)
+
+    def count(self) -> int:
+        return len(self.store.rows)
+
+
+class PgEnv:
+    """Time and row surgery for the PostgreSQL store, through a separate connection."""
+
+    def __init__(self, store: PostgresStore, pg: psycopg.Connection[Any]) -> None:
+        self.store = store
+        self.pg = pg
+
+    def now(self) -> datetime:
+        row = self.pg.execute("SELECT now()").fetchone()
+        assert row is not None
+        return row[0]  # type: ignore[no-any-return]
+
+    def expire(self, *ids: str) -> None:
+        self.pg.execute(
+            "UPDATE job SET locked_until = now() - interval '1 second' WHERE id = ANY(%s::uuid[])",
+            (list(ids),),
+        )
+
+    def force(self, job_id: str, **cols: Any) -> None:
+        sets = pgsql.SQL(", ").join(
+            pgsql.SQL("{} = {}").format(pgsql.Identifier(c), pgsql.Placeholder(c)) for c in cols
+        )
+        self.pg.execute(
+            pgsql.SQL("UPDATE job SET {} WHERE id = {}").format(sets, pgsql.Placeholder("_id")),
+            {**{c: str(v) if isinstance(v, State) else v for c, v in cols.items()},
+             "_id": job_id},
+        )
+
+    def count(self) -> int:
+        row = self.pg.execute("SELECT count(*) FROM job").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+Env = FakeEnv | PgEnv
+
+
+@pytest.fixture(params=["fake", "postgres"])
+def store(request: pytest.FixtureRequest) -> Store:
+    """Each contract test runs once per store."""
+    if request.param == "fake":
+        return request.getfixturevalue("fake_store")  # type: ignore[no-any-return]
+    return request.getfixturevalue("pg_store")  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def env(store: Store, request: pytest.FixtureRequest) -> Env:
+    if isinstance(store, InMemoryStore):
+        return FakeEnv(store, request.getfixturevalue("clock"))
+    assert isinstance(store, PostgresStore)
+    return PgEnv(store, request.getfixturevalue("pg"))
+
+
+def enqueue(store: Store, topic: str = "work", payload: Any = None, **kw: Any) -> str:
+    (result,) = store.enqueue_many([Job(topic=topic, payload=payload, **kw)])
+    assert result.created
+    return result.id
+
+
+def claim(store: Store, holder: str = "worker-1", topics: tuple[str, ...] = ("work",),
+          lease: timedelta = LEASE) -> Claimed:
+    claimed = store.claim(holder, list(topics), lease)
+    assert claimed is not None, "expected a ready job"
+    return claimed
+
+
+def between(value: datetime | None, low: datetime, high: datetime) -> bool:
+    assert value is not None
+    return low <= value <= high
+
+
+# -- the happy path ---------------------------------------------------------------------------
+
+
+def test_enqueue_claim_settle_done(env: Env) -> None:
+    store = env.store
+    job_id = enqueue(store, payload={"n": 1, "s": "é"})
+    row = store.get(job_id)
+    assert (row.state, row.attempts, row.locked_by, row.locked_until) == (
+        State.PENDING, 0, None, None)
+    assert row.payload == {"n": 1, "s": "é"} and row.topic == "work"
+    assert row.idempotency_key is None and row.last_error is None
+
+    t0 = env.now()
+    claimed = claim(store, "worker-1", lease=timedelta(seconds=30))
+    t1 = env.now()
+    assert claimed.id == job_id and claimed.topic == "work" and claimed.payload == {"n": 1, "s": "é"}
+    assert claimed.ticket == Ticket(job_id, "worker-1", 1) and claimed.attempt == 1
+    assert between(claimed.locked_until, t0 + timedelta(seconds=30), t1 + timedelta(seconds=30))
+    row = store.get(job_id)
+    assert (row.state, row.attempts, row.locked_by) == (State.PROCESSING, 1, "worker-1")
+    assert row.locked_until == claimed.locked_until
+
+    assert store.settle(claimed.ticket, DONE) is True
+    row = store.get(job_id)
+    assert (row.state, row.attempts, row.last_error) == (State.DONE, 1, None)
+    assert store.claim("worker-2", ["work"], LEASE) is None
+
+
+def test_enqueue_many_returns_one_result_per_job_in_order(env: Env) -> None:
+    store = env.store
+    assert store.enqueue_many([]) == []
+    results = store.enqueue_many([Job("work", {"i": i}) for i in range(5)])
+    assert all(r.created for r in results)
+    assert [store.get(r.id).payload for r in results] == [{"i": i} for i in range(5)]
+    assert [r.id for r in results] == sorted(r.id for r in results)  # UUIDv7: enqueue order
+    assert env.count() == 5
+
+
+# -- claiming ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topics", [("work",), ("work", "other")], ids=["one-topic", "topics"])
+def test_claim_order_is_available_at_then_enqueue_order(env: Env, topics: tuple[str, ...]) -> None:
+    """Invariant 10, through the single-topic and the multi-topic claim."""
+    store = env.store
+    t = env.now()
+    late = enqueue(store, payload="late", available_at=t - timedelta(seconds=10))
+    batch = store.enqueue_many(
+        [Job("work", f"batch-{i}", available_at=t - timedelta(seconds=20)) for i in range(5)])
+    after_batch = enqueue(store, payload="after-batch", available_at=t - timedelta(seconds=20))
+    middle = enqueue(store, topic=topics[-1], payload="middle",
+                     available_at=t - timedelta(seconds=15))
+    enqueue(store, payload="future", available_at=t + timedelta(hours=1))
+    enqueue(store, topic="unserved", payload="unserved", available_at=t - timedelta(hours=1))
+
+    expected = [r.id for r in batch] + [after_batch, middle, late]
+    got = []
+    while (claimed := store.claim("worker-1", list(topics), LEASE)) is not None:
+        got.append(claimed.id)
+        assert len(got) <= len(expected), "claimed a job that is not ready or not served"
+    assert got == expected
+
+
+def test_claim_order_without_available_at_is_enqueue_order(env: Env) -> None:
+    store = env.store
+    ids = [enqueue(store, payload=i) for i in range(6)]
+    assert ids == sorted(ids)
+    assert [claim(store).id for _ in ids] == ids
+
+
+def test_claim_charges_an_attempt(env: Env) -> None:
+    """Invariant 6: attempts = how many times the job was taken, reaper or not."""
+    store = env.store
+    job_id = enqueue(store)
+    first = claim(store)
+    assert first.attempt == 1 and store.get(job_id).attempts == 1
+    assert store.settle(first.ticket, failed_outcome(1))
+    assert store.get(job_id).attempts == 1
+    env.force(job_id, available_at=env.now())
+
+    second = claim(store)
+    assert second.attempt == 2 and store.get(job_id).attempts == 2
+    env.expire(job_id)
+    assert store.requeue_expired() == [TopicCount("work", 1)]
+    assert store.get(job_id).attempts == 2
+
+    third = claim(store, "worker-2")
+    assert third.attempt == 3 and store.get(job_id).attempts == 3
+
+
+def test_claim_returns_none_when_nothing_is_ready(env: Env) -> None:
+    store = env.store
+    assert store.claim("worker-1", ["work"], LEASE) is None
+    enqueue(store, topic="other")
+    assert store.claim("worker-1", ["work"], LEASE) is None
+    assert store.claim("worker-1", ["work", "third"], LEASE) is None
+    assert store.claim("worker-1", [], LEASE) is None
+    enqueue(store, available_at=env.now() + timedelta(minutes=5))
+    assert store.claim("worker-1", ["work"], LEASE) is None
+
+    held = enqueue(store, topic="held")
+    assert claim(store, "worker-1", ("held",)).id == held
+    assert store.claim("worker-2", ["held"], LEASE) is None
+
+
+def test_claim_takes_failed_rows_once_available(env: Env) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    c = claim(store)
+    assert store.settle(c.ticket, decide(Delay(30), 1, OPTS))
+    assert store.get(job_id).state is State.FAILED
+    assert store.claim("worker-1", ["work"], LEASE) is None
+    env.force(job_id, available_at=env.now() - timedelta(seconds=1))
+    assert claim(store).id == job_id
+
+
+# -- fencing: stale tickets write nothing -----------------------------------------------------
+
+
+def _stale_ticket(env: Env, scenario: str) -> tuple[str, Ticket]:
+    store = env.store
+    job_id = enqueue(store)
+    c = claim(store, "worker-1")
+    match scenario:
+        case "wrong-holder":
+            return job_id, Ticket(job_id, "worker-2", c.attempt)
+        case "wrong-attempt":
+            return job_id, Ticket(job_id, "worker-1", c.attempt + 1)
+        case "earlier-attempt":
+            return job_id, Ticket(job_id, "worker-1", c.attempt - 1)
+        case "after-cancel":
+            assert store.cancel(job_id)
+        case "after-requeue":
+            env.expire(job_id)
+            assert store.requeue_expired() == [TopicCount("work", 1)]
+        case "after-requeue-and-reclaim":
+            env.expire(job_id)
+            store.requeue_expired()
+            assert claim(store, "worker-1").attempt == 2  # same holder name, new attempt
+    return job_id, c.ticket
+
+
+STALE = ["wrong-holder", "wrong-attempt", "earlier-attempt", "after-cancel", "after-requeue",
+         "after-requeue-and-reclaim"]
+
+
+@pytest.mark.parametrize("scenario", STALE)
+def test_settle_with_a_stale_ticket_changes_nothing(env: Env, scenario: str) -> None:
+    job_id, ticket = _stale_ticket(env, scenario)
+    before = env.store.get(job_id)
+    for name, outcome in ALL_OUTCOMES.items():
+        assert env.store.settle(ticket, outcome) is False, name
+        assert env.store.get(job_id) == before, name
+    assert env.store.heartbeat([ticket], LONG_LEASE) == set()
+    assert env.store.get(job_id) == before
+
+
+def test_settle_of_an_unknown_job_is_false(env: Env) -> None:
+    ticket = Ticket("01890000-0000-7000-8000-000000000000", "worker-1", 1)
+    assert env.store.settle(ticket, DONE) is False
+
+
+def test_abandon_writes_nothing(env: Env) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    c = claim(store)
+    before = store.get(job_id)
+    assert store.settle(c.ticket, Outcome(SettleKind.ABANDON, "abandoned")) is False
+    assert store.get(job_id) == before
+
+
+# -- terminal states are never overwritten (invariant 3) -------------------------------------
+
+
+def _terminal(env: Env, state: str) -> tuple[str, Ticket]:
+    store = env.store
+    job_id = enqueue(store)
+    if state == "canceled-pending":
+        assert store.cancel(job_id)
+        return job_id, Ticket(job_id, "worker-1", 0)
+    c = claim(store)
+    outcome = {"done": DONE, "dead": dead_outcome(), "canceled": canceled_outcome()}[state]
+    assert store.settle(c.ticket, outcome)
+    assert store.get(job_id).state == outcome.state
+    return job_id, c.ticket
+
+
+@pytest.mark.parametrize("state", ["done", "dead", "canceled", "canceled-pending"])
+def test_terminal_rows_are_never_overwritten(env: Env, state: str) -> None:
+    store = env.store
+    job_id, last_ticket = _terminal(env, state)
+    before = store.get(job_id)
+    assert before.state.is_terminal
+    for name, outcome in ALL_OUTCOMES.items():
+        assert store.settle(last_ticket, outcome) is False, name
+    assert store.cancel(job_id) is False
+    assert store.heartbeat([last_ticket], LONG_LEASE) == set()
+    assert store.claim("worker-9", ["work"], LEASE) is None
+    assert store.get(job_id) == before
+
+    # Its old lease runs out: the reaper must still leave it alone.
+    env.force(job_id, locked_until=env.now() - timedelta(minutes=1))
+    before = store.get(job_id)
+    assert store.requeue_expired() == []
+    assert store.get(job_id) == before
+
+
+# -- heartbeat --------------------------------------------------------------------------------
+
+
+def test_heartbeat_extends_only_held_tickets(env: Env) -> None:
+    store = env.store
+    a, b, c, d = (enqueue(store) for _ in range(4))
+    held_a = claim(store, "worker-1")
+    held_b = claim(store, "worker-2")
+    done_c = claim(store, "worker-3")
+    assert store.settle(done_c.ticket, DONE)
+    lost_d = claim(store, "worker-4")
+    assert store.cancel(d)
+    before_c, before_d = store.get(c), store.get(d)
+
+    tickets = [
+        held_a.ticket,
+        held_b.ticket,
+        Ticket(b, "worker-1", 1),  # b, but not worker-1's
+        done_c.ticket,
+        lost_d.ticket,
+        Ticket("01890000-0000-7000-8000-000000000000", "worker-1", 1),
+    ]
+    t0 = env.now()
+    kept = store.heartbeat(tickets, timedelta(minutes=10))
+    t1 = env.now()
+    assert kept == {a, b}
+    for job_id in (a, b):
+        row = store.get(job_id)
+        assert row.state is State.PROCESSING
+        assert between(row.locked_until, t0 + timedelta(minutes=10), t1 + timedelta(minutes=10))
+    assert store.get(c) == before_c and store.get(d) == before_d
+    assert store.heartbeat([], LEASE) == set()
+
+
+def test_heartbeat_keeps_the_reaper_away(env: Env) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    c = claim(store, lease=timedelta(seconds=30))
+    assert store.heartbeat([c.ticket], LONG_LEASE) == {job_id}
+    assert store.requeue_expired() == []
+    assert store.get(job_id).state is State.PROCESSING
+    assert store.settle(c.ticket, DONE)
+
+
+# -- the reaper (invariant 7: lease expiry is not a failure) ----------------------------------
+
+
+def test_requeue_expired_returns_rows_without_touching_attempts(env: Env) -> None:
+    store = env.store
+    expired_work = enqueue(store, "work")
+    expired_other = enqueue(store, "other")
+    alive = enqueue(store, "work")
+    pending = enqueue(store, "work", available_at=env.now() + timedelta(hours=2))
+    c1 = claim(store, "worker-1", ("work",), LEASE)
+    c2 = claim(store, "worker-2", ("other",), LEASE)
+    # A second attempt of expired_work: attempts must stay 2 after the reaper.
+    assert store.settle(c1.ticket, failed_outcome(1))
+    env.force(expired_work, available_at=env.now() - timedelta(seconds=1))
+    c1 = claim(store, "worker-1", ("work",), LEASE)
+    assert c1.id == expired_work and c1.attempt == 2
+    c3 = claim(store, "worker-3", ("work",), LONG_LEASE)
+    assert (c2.id, c3.id) == (expired_other, alive)
+    before_alive, before_pending = store.get(alive), store.get(pending)
+
+    env.expire(expired_work, expired_other)
+    t0 = env.now()
+    assert store.requeue_expired() == [TopicCount("other", 1), TopicCount("work", 1)]
+    t1 = env.now()
+    for job_id, attempts in ((expired_work, 2), (expired_other, 1)):
+        row = store.get(job_id)
+        assert (row.state, row.attempts, row.locked_by, row.locked_until) == (
+            State.PENDING, attempts, None, None)
+        assert between(row.available_at, t0, t1)
+    assert store.get(alive) == before_alive
+    assert store.get(pending) == before_pending
+    assert store.requeue_expired() == []
+    assert store.heartbeat([c3.ticket], LEASE) == {alive}
+
+    again = claim(store, "worker-4", ("work",))
+    assert (again.id, again.attempt) == (expired_work, 3)
+
+
+# -- retention --------------------------------------------------------------------------------
+
+
+def test_delete_terminal_honours_ttl_batch_and_order(env: Env) -> None:
+    store = env.store
+    now = env.now()
+    aged: dict[str, str] = {}
+
+    def make(topic: str, state: str, age: timedelta) -> str:
+        job_id = enqueue(store, topic)
+        if state in ("processing", "failed", "done", "dead", "canceled-running"):
+            c = claim(store, topics=(topic,), lease=LONG_LEASE)
+            if state == "failed":
+                assert store.settle(c.ticket, failed_outcome(1))
+            elif state == "done":
+                assert store.settle(c.ticket, DONE)
+            elif state == "dead":
+                assert store.settle(c.ticket, dead_outcome())
+            elif state == "canceled-running":
+                assert store.cancel(job_id)
+        elif state == "canceled":
+            assert store.cancel(job_id)
+        env.force(job_id, updated_at=now - age)
+        aged[job_id] = state
+        return job_id
+
+    day = timedelta(days=1)
+    oldest = make("a", "canceled", 6 * day)
+    second = make("b", "done", 5 * day)
+    third = make("a", "dead", 4 * day)
+    fourth = make("a", "done", 3 * day)
+    fifth = make("b", "canceled-running", 2 * day)
+    recent = make("a", "done", timedelta(hours=1))
+    keep = [make("a", s, 30 * day) for s in ("pending", "processing", "failed")]
+
+    assert store.delete_terminal(day, 2) == [TopicCount("a", 1), TopicCount("b", 1)]
+    assert _exists(store, oldest, second) == [False, False]
+    assert _exists(store, third, fourth, fifth) == [True, True, True]
+    assert store.delete_terminal(day, 2) == [TopicCount("a", 2)]
+    assert _exists(store, third, fourth) == [False, False]
+    assert store.delete_terminal(day, 2) == [TopicCount("b", 1)]
+    assert store.delete_terminal(day, 2) == []
+    assert _exists(store, fifth, recent, *keep) == [False, True, True, True, True]
+    assert env.count() == 4
+
+    assert store.delete_terminal(timedelta(minutes=30), 10) == [TopicCount("a", 1)]
+    assert _exists(store, recent, *keep) == [False, True, True, True]
+
+
+@pytest.mark.parametrize("ttl", [timedelta(0), timedelta(seconds=-1)])
+def test_delete_terminal_refuses_a_ttl_that_would_delete_everything(
+    env: Env, ttl: timedelta
+) -> None:
+    """0 disables retention at the config level; the store never reads it as "delete all"."""
+    store = env.store
+    job_id = enqueue(store)
+    assert store.settle(claim(store).ticket, DONE)
+    env.force(job_id, updated_at=env.now() - timedelta(days=365))
+    with pytest.raises(ValueError, match="TTL"):
+        store.delete_terminal(ttl, 100)
+    assert env.count() == 1
+
+
+def _exists(store: Store, *ids: str) -> list[bool]:
+    out = []
+    for job_id in ids:
+        try:
+            store.get(job_id)
+        except JobNotFound:
+            out.append(False)
+        else:
+            out.append(True)
+    return out
+
+
+# -- cancel and get ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("state", ["pending", "failed", "processing"])
+def test_cancel_a_live_job(env: Env, state: str) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    if state != "pending":
+        c = claim(store)
+        if state == "failed":
+            assert store.settle(c.ticket, failed_outcome(1))
+    assert store.get(job_id).state == state
+    attempts = store.get(job_id).attempts
+    assert store.cancel(job_id, reason="operator said so") is True
+    row = store.get(job_id)
+    assert row.state is State.CANCELED and row.attempts == attempts
+    assert row.last_error is not None and "operator said so" in row.last_error
+    assert store.claim("worker-1", ["work"], LEASE) is None
+    assert store.cancel(job_id) is False
+
+
+def test_cancel_without_reason_keeps_last_error(env: Env) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    assert store.settle(claim(store).ticket, failed_outcome(1))
+    error = store.get(job_id).last_error
+    assert error == "RuntimeError: boom"
+    assert store.cancel(job_id) is True
+    assert store.get(job_id).last_error == error
+
+
+@pytest.mark.parametrize("state", ["done", "dead", "canceled"])
+def test_cancel_a_terminal_job_is_false(env: Env, state: str) -> None:
+    job_id, _ = _terminal(env, state)
+    before = env.store.get(job_id)
+    assert env.store.cancel(job_id, reason="too late") is False
+    assert env.store.get(job_id) == before
+
+
+@pytest.mark.parametrize("job_id", [
+    "01890000-0000-7000-8000-000000000000", "not-a-uuid", "", "' OR 1=1 --"])
+def test_unknown_ids_raise_job_not_found(env: Env, job_id: str) -> None:
+    enqueue(env.store)
+    with pytest.raises(JobNotFound):
+        env.store.get(job_id)
+    with pytest.raises(JobNotFound):
+        env.store.cancel(job_id)
+    assert env.count() == 1
+
+
+def test_get_accepts_any_spelling_of_the_id(env: Env) -> None:
+    job_id = enqueue(env.store)
+    assert env.store.get(job_id.upper()).id == job_id
+    assert env.store.get(f" {job_id} ").id == job_id
+
+
+# -- outcomes and signals, through the real SlotRunner ----------------------------------------
+
+
+def _run(env: Env, handler: Any, **options: Any) -> tuple[Any, datetime, datetime]:
+    options = {"max_attempts": 3, "backoff_base": timedelta(seconds=10),
+               "backoff_max": timedelta(seconds=60), **options}
+    t0 = env.now()
+    attempted = run_one(env.store, handler, **options)
+    t1 = env.now()
+    assert attempted is not None
+    return attempted, t0, t1
+
+
+def _ready(env: Env, job_id: str) -> None:
+    env.force(job_id, available_at=env.now() - timedelta(milliseconds=1))
+
+
+def test_handler_success_is_done(env: Env) -> None:
+    job_id = enqueue(env.store, payload={"x": 1})
+    seen: list[Claim] = []
+    attempted, _, _ = _run(env, seen.append)
+    assert attempted.written and attempted.outcome.label == "done"
+    assert [c.id for c in seen] == [job_id] and seen[0].payload == {"x": 1}
+    assert seen[0].attempt == 1 and seen[0].lease.holder == "worker-1"
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts, row.last_error) == (State.DONE, 1, None)
+
+
+def test_handler_error_fails_with_backoff_then_dies_on_the_last_attempt(env: Env) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise ValueError(f"bad input on attempt {claim.attempt}")
+
+    for attempt, ceiling in ((1, 10), (2, 20)):
+        attempted, t0, t1 = _run(env, handler)
+        assert attempted.written and attempted.outcome.label == "failed"
+        row = env.store.get(job_id)
+        assert (row.state, row.attempts) == (State.FAILED, attempt)
+        assert row.last_error == f"ValueError: bad input on attempt {attempt}"
+        d = timedelta(seconds=ceiling)
+        assert between(row.available_at, t0 + d / 2, t1 + d), (row.available_at, t0, t1)
+        assert row.locked_by == "worker-1"  # the last holder stays, for diagnosis
+        _ready(env, job_id)
+
+    attempted, _, _ = _run(env, handler)
+    assert attempted.outcome.label == "dead"
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts) == (State.DEAD, 3)
+    assert row.last_error == "ValueError: bad input on attempt 3"
+    assert env.store.claim("worker-1", ["work"], LEASE) is None
+
+
+def test_backoff_is_capped_by_backoff_max(env: Env) -> None:
+    job_id = enqueue(env.store)
+    env.force(job_id, attempts=9)  # the claim makes it attempt 10: 10s * 2**9 > 60s
+
+    def handler(claim: Claim) -> None:
+        raise RuntimeError("again")
+
+    _, t0, t1 = _run(env, handler, max_attempts=20)
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts) == (State.FAILED, 10)
+    assert between(row.available_at, t0 + timedelta(seconds=30), t1 + timedelta(seconds=60))
+
+
+def test_single_attempt_kind_dies_at_once(env: Env) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise KeyError("missing")
+
+    attempted, _, _ = _run(env, handler, max_attempts=1)
+    assert attempted.outcome.label == "dead"
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts, row.last_error) == (State.DEAD, 1, "KeyError: 'missing'")
+
+
+@pytest.mark.parametrize("chained", [False, True], ids=["direct", "from-cause"])
+def test_cancel_job_signal_cancels_whatever_attempts_remain(env: Env, chained: bool) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise CancelJob("customer gone")
+
+    def wrapped_handler(claim: Claim) -> None:
+        try:
+            raise LookupError("no customer")
+        except LookupError as err:
+            raise CancelJob("customer gone") from err
+
+    attempted, _, _ = _run(env, wrapped_handler if chained else handler, max_attempts=5)
+    assert attempted.outcome.label == "canceled"
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts) == (State.CANCELED, 1)
+    assert row.last_error is not None and "CancelJob" in row.last_error
+    assert "customer gone" in row.last_error
+
+
+def test_signal_found_through_the_cause_chain(env: Env) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        try:
+            raise CancelJob("gone")
+        except CancelJob as signal:
+            raise RuntimeError("while handling") from signal
+
+    attempted, _, _ = _run(env, handler)
+    assert attempted.outcome.label == "canceled"
+    assert env.store.get(job_id).state is State.CANCELED
+
+
+def test_delay_retries_later_without_charging_more(env: Env) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise Delay(30)
+
+    attempted, t0, t1 = _run(env, handler)
+    assert attempted.outcome.label == "delayed"
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts) == (State.FAILED, 1)
+    assert between(row.available_at, t0 + timedelta(seconds=30), t1 + timedelta(seconds=30))
+    assert row.last_error is not None and "Delay" in row.last_error
+
+
+def test_delay_is_clamped_to_backoff_max(env: Env) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise Delay(timedelta(hours=5))
+
+    _, t0, t1 = _run(env, handler, backoff_max=timedelta(seconds=60))
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts) == (State.FAILED, 1)
+    assert between(row.available_at, t0 + timedelta(seconds=60), t1 + timedelta(seconds=60))
+
+
+def test_delay_on_the_last_attempt_is_dead(env: Env) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise Delay(1)
+
+    for attempt in (1, 2):
+        _run(env, handler)
+        assert env.store.get(job_id).state is State.FAILED
+        assert env.store.get(job_id).attempts == attempt
+        _ready(env, job_id)
+    attempted, _, _ = _run(env, handler)
+    assert attempted.outcome.label == "dead"
+    row = env.store.get(job_id)
+    assert (row.state, row.attempts) == (State.DEAD, 3)
+
+
+def test_preserve_attempt_refunds_the_attempt_and_never_dies(env: Env) -> None:
+    job_id = enqueue(env.store)
+    attempts_seen: list[int] = []
+
+    def handler(claim: Claim) -> None:
+        attempts_seen.append(claim.attempt)
+        raise PreserveAttempt("upstream is down")
+
+    for _ in range(4):
+        attempted, t0, t1 = _run(env, handler, max_attempts=1)
+        assert attempted.outcome.label == "preserved"
+        row = env.store.get(job_id)
+        assert (row.state, row.attempts) == (State.FAILED, 0)
+        assert between(row.available_at, t0 + timedelta(seconds=5), t1 + timedelta(seconds=10))
+        assert row.last_error is not None and "upstream is down" in row.last_error
+        _ready(env, job_id)
+    assert attempts_seen == [1, 1, 1, 1]
+
+
+def test_preserve_attempt_never_goes_below_zero(env: Env) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    c = claim(store)
+    env.force(job_id, attempts=0)  # as if a refund had already happened
+    ticket = Ticket(job_id, c.ticket.holder, 0)
+    assert store.settle(ticket, decide(PreserveAttempt(), 1, OPTS))
+    row = store.get(job_id)
+    assert (row.state, row.attempts) == (State.FAILED, 0)
+
+
+def test_run_once_with_nothing_ready_is_none(env: Env) -> None:
+    assert run_one(env.store, lambda claim: None) is None
+
+
+# -- idempotency (invariant 8) ----------------------------------------------------------------
+
+
+def test_same_key_same_topic_is_the_same_job(env: Env) -> None:
+    store = env.store
+    (first,) = store.enqueue_many([Job("work", {"v": 1}, idempotency_key="order-42")])
+    (again,) = store.enqueue_many([Job("work", {"v": 2}, idempotency_key="order-42")])
+    assert first.created and not again.created and again.id == first.id
+    assert store.get(first.id).payload == {"v": 1}
+    assert store.get(first.id).idempotency_key == "order-42"
+    assert env.count() == 1
+
+
+@pytest.mark.parametrize("state", ["done", "dead", "canceled", "canceled-pending"])
+def test_key_holds_for_the_life_of_the_row(env: Env, state: str) -> None:
+    store = env.store
+    (first,) = store.enqueue_many([Job("work", idempotency_key="k")])
+    c = claim(store) if state != "canceled-pending" else None
+    if state == "done":
+        assert c is not None and store.settle(c.ticket, DONE)
+    elif state == "dead":
+        assert c is not None and store.settle(c.ticket, dead_outcome())
+    else:
+        assert store.cancel(first.id)
+    before = store.get(first.id)
+    (again,) = store.enqueue_many([Job("work", idempotency_key="k")])
+    assert again == (first.id, False)
+    assert store.get(first.id) == before
+    assert env.count() == 1
+
+
+def test_same_key_other_topic_is_a_new_job(env: Env) -> None:
+    store = env.store
+    (a,) = store.enqueue_many([Job("work", idempotency_key="k")])
+    (b,) = store.enqueue_many([Job("other", idempotency_key="k")])
+    assert a.created and b.created and a.id != b.id
+    assert env.count() == 2
+
+
+@pytest.mark.parametrize("key", ["", None])
+def test_empty_key_is_no_key(env: Env, key: str | None) -> None:
+    store = env.store
+    results = store.enqueue_many([Job("work", idempotency_key=key)])
+    results += store.enqueue_many([Job("work", idempotency_key=key)])
+    assert [r.created for r in results] == [True, True]
+    assert results[0].id != results[1].id
+    assert store.get(results[0].id).idempotency_key is None
+    assert env.count() == 2
+
+
+def test_blank_key_is_a_real_key(env: Env) -> None:
+    store = env.store
+    (a,) = store.enqueue_many([Job("work", idempotency_key=" ")])
+    (b,) = store.enqueue_many([Job("work", idempotency_key=" ")])
+    (c,) = store.enqueue_many([Job("work", idempotency_key="  ")])
+    (d,) = store.enqueue_many([Job("work", idempotency_key="")])
+    assert a.created and b == (a.id, False)
+    assert c.created and d.created and len({a.id, c.id, d.id}) == 3
+    assert store.get(a.id).idempotency_key == " "
+    assert env.count() == 3
+
+
+def test_duplicates_inside_one_batch(env: Env) -> None:
+    store = env.store
+    (existing,) = store.enqueue_many([Job("work", "old", idempotency_key="k0")])
+    results = store.enqueue_many([
+        Job("work", 1, idempotency_key="k1"),
+        Job("work", 2, idempotency_key="k1"),
+        Job("work", 3, idempotency_key="k2"),
+        Job("other", 4, idempotency_key="k1"),
+        Job("work", 5, idempotency_key=""),
+        Job("work", 6, idempotency_key=""),
+        Job("work", 7, idempotency_key="k0"),
+        Job("work", 8, idempotency_key="k1"),
+    ])
+    created = [r.created for r in results]
+    assert created == [True, False, True, True, True, True, False, False]
+    ids = [r.id for r in results]
+    assert ids[1] == ids[0] and ids[7] == ids[0] and ids[6] == existing.id
+    assert len({ids[0], ids[2], ids[3], ids[4], ids[5], existing.id}) == 6
+    assert store.get(ids[0]).payload == 1
+    assert env.count() == 6
