@@ -11,7 +11,8 @@ Public API::
     queue.enqueue(job, conn=my_conn)      # inside your own transaction
 """
 
-from brooq.queue import Drained, Queue, enqueue_async
+from typing import TYPE_CHECKING, Any
+
 from brooq.vocabulary import (
     AttemptTimedOut,
     BrooqError,
@@ -37,7 +38,22 @@ from brooq.vocabulary import (
     Topic,
 )
 
+if TYPE_CHECKING:
+    from brooq.queue import Drained, Queue, enqueue_async
+
 __version__ = "0.1.0"
+
+_LAZY = {"Drained", "Queue", "enqueue_async"}
+
+
+def __getattr__(name: str) -> Any:
+    # The Queue pulls in psycopg; importing brooq.vocabulary or brooq.engine
+    # (or just brooq) must not, so it loads on first use.
+    if name in _LAZY:
+        from brooq import queue
+
+        return getattr(queue, name)
+    raise AttributeError(f"module 'brooq' has no attribute {name!r}")
 
 __all__ = [
     "AttemptTimedOut",

@@ -33,11 +33,15 @@ def load_app(spec: str) -> Queue:
     try:
         queue = getattr(module, attr)
     except AttributeError:
-        raise AppLoadError(f"--app {spec!r}: module {module_name!r} has no attribute {attr!r}") from None
+        raise AppLoadError(
+            f"--app {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from None
     if not isinstance(queue, Queue):
         raise AppLoadError(
             f"--app {spec!r}: {attr!r} is a {type(queue).__name__}, not a brooq.Queue"
         )
     if not len(queue.registry):
-        raise AppLoadError(f"--app {spec!r}: the queue has no kinds; register handlers with @queue.kind")
+        raise AppLoadError(
+            f"--app {spec!r}: the queue has no kinds; register handlers with @queue.kind"
+        )
     return queue

@@ -52,7 +52,7 @@ _FLAG_KEYS = {
     "lease": "QUEUE_LEASE", "poll_interval": "QUEUE_POLL_INTERVAL",
     "max_jobs_per_worker": "QUEUE_MAX_JOBS_PER_WORKER",
     "max_memory_per_worker": "QUEUE_MAX_MEMORY_PER_WORKER",
-    "watchdog_grace": "QUEUE_WATCHDOG_GRACE",
+    "watchdog_grace": "QUEUE_WATCHDOG_GRACE", "http_addr": "HTTP_ADDR",
     "log_format": "LOG_FORMAT", "log_level": "LOG_LEVEL",
 }
 
@@ -229,11 +229,22 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
     """Fork the worker processes and supervise them until SIGTERM/SIGINT/SIGQUIT."""
+    from brooq import metrics
     from brooq.app import load_app
+
+    directory = metrics.create_directory()  # before the app can create any metric
+    try:
+        return _supervise(args, settings, load_app(args.app))
+    finally:
+        metrics.remove_directory(directory)
+
+
+def _supervise(args: argparse.Namespace, settings: Settings, queue: Any) -> int:
+    from brooq.metrics import Metrics
     from brooq.supervisor.arbiter import Supervisor, SupervisorConfig
     from brooq.supervisor.slots import parse_slots
 
-    queue = load_app(args.app)
+
     queue.configure(_kind_defaults(settings))
     served = _topics(args.topics, queue.registry.topics())
     slots = parse_slots(args.workers or str(settings.workers), served, queue.registry.topics())
@@ -246,8 +257,10 @@ def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
         max_jobs_per_worker=settings.max_jobs_per_worker,
         max_memory_per_worker=settings.max_memory_per_worker, notify=settings.notify,
         max_payload_bytes=settings.max_payload_bytes, name=args.app,
+        http_addr=settings.http_addr,
+        http_allow_remote=args.http_allow_remote, token=settings.token,
     )
-    return Supervisor(queue, config).run()
+    return Supervisor(queue, config, Metrics()).run()
 
 
 def _kind_defaults(settings: Settings) -> KindOptions:
@@ -346,6 +359,10 @@ def _add_work(sub: Any) -> None:
     p.add_argument("--max-jobs-per-worker", help="recycle a worker after this many jobs")
     p.add_argument("--max-memory-per-worker", help="recycle a worker above this RSS, e.g. 512MiB")
     p.add_argument("--watchdog-grace", help="how long an interrupted handler may take to exit")
+    p.add_argument("--http-addr", help="address of /metrics and /healthz (default HTTP_ADDR, "
+                   "127.0.0.1:8090; port 0 picks a free one)")
+    p.add_argument("--http-allow-remote", action="store_true",
+                   help="allow a non-loopback HTTP_ADDR (a token is then required)")
     p.add_argument("--lease", help="lease duration, e.g. 2m")
     p.add_argument("--poll-interval", help="idle poll interval, e.g. 1s")
     p.set_defaults(func=cmd_supervise)

@@ -176,9 +176,9 @@ def format_size(n: int) -> str:
 
 
 def parse_addr(text: str) -> tuple[str, int]:
-    """Split `host:port` (IPv6: `[::1]:8090`) into host and port; ValueError unless port 1-65535."""
+    """Split `host:port` (IPv6: `[::1]:8090`) into host and port; port 0 picks a free port."""
     match = _ADDR.fullmatch(text.strip())
-    if match is None or not 1 <= int(match[2]) <= 65535:
+    if match is None or not 0 <= int(match[2]) <= 65535:
         raise ValueError(f'"{text}" is not host:port; write e.g. 127.0.0.1:8090 or [::1]:8090')
     return match[1].strip("[]"), int(match[2])
 

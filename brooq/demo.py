@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from datetime import timedelta
 
 import brooq
 from brooq.postgres.store import PostgresStore
@@ -27,7 +28,10 @@ LOCAL_DATABASE_URL = "postgresql://brooq:brooq@127.0.0.1:55433/brooq"
 
 queue = brooq.Queue(
     os.environ.get("DATABASE_URL") or LOCAL_DATABASE_URL,
-    defaults=brooq.KindOptions(backoff_base="50ms", backoff_max="300ms", max_attempts=3),
+    defaults=brooq.KindOptions(
+        backoff_base=timedelta(milliseconds=50), backoff_max=timedelta(milliseconds=300),
+        max_attempts=3,
+    ),
 )
 
 

@@ -77,7 +77,8 @@ class LeaseKeeper(threading.Thread):
             try:
                 kept = self.store.heartbeat([ticket], self.lease)
             except StoreUnavailable as exc:
-                log.warning("heartbeat failed", extra={"event": "HeartbeatFailed", "error": str(exc)})
+                log.warning("heartbeat failed",
+                            extra={"event": "HeartbeatFailed", "error": str(exc)})
                 continue
             with self._lock:
                 if ticket.job_id not in kept and self._ticket == ticket:
@@ -157,7 +158,8 @@ class InProcessWorker:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         self.keeper.start()
-        log.info("worker started", extra={"event": "WorkerStarted", "topics": ",".join(self.runner.topics)})
+        log.info("worker started", extra={"event": "WorkerStarted",
+                                          "topics": ",".join(self.runner.topics)})
         backoff = 0.5
         try:
             while not self.stopping:

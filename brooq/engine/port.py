@@ -51,7 +51,7 @@ class TopicCount(NamedTuple):
     """How many rows of a topic a maintenance pass touched."""
 
     topic: str
-    count: int
+    rows: int
 
 
 class Store(Protocol):

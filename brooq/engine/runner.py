@@ -114,6 +114,11 @@ class SlotRunner:
                     self._await(result)
         except BaseException as exc:
             return exc
+        fired = self.interrupts.fired
+        if fired is not None:
+            # The handler swallowed the interrupt and returned: its attempt still
+            # timed out, or its result still cannot be written.
+            return fired(f"{fired.reason} (the handler caught the interrupt and returned)")
         return None
 
     def _await(self, awaitable: Awaitable[Any]) -> None:

@@ -298,6 +298,11 @@ class PostgresStore:
             cur = conn.cursor(row_factory=dict_row)
             return cur.execute(sql("recent_dead"), {"since": since, "limit": limit}).fetchall()
 
+    def ping(self) -> None:
+        """Raise StoreUnavailable unless the database answers."""
+        with self.connector.connection() as conn:
+            conn.execute("SELECT 1")
+
     def wait_for_jobs(self, timeout: float) -> None:
         """Wait up to ``timeout`` s on this store's connection for an enqueue NOTIFY.
 

@@ -28,9 +28,11 @@ from typing import Any
 
 import psycopg
 
+from brooq import metrics as prom
 from brooq.engine.maintenance import Periodic, Reaper, Retention
 from brooq.engine.outcome import crash_outcome
-from brooq.engine.port import Ticket
+from brooq.engine.port import Ticket, TopicCount
+from brooq.http import Endpoints, ServiceSurface
 from brooq.logs import event
 from brooq.postgres.connect import connect
 from brooq.postgres.store import PostgresStore
@@ -67,6 +69,9 @@ class SupervisorConfig:
     notify: bool = True
     max_payload_bytes: int = 1024 * 1024
     name: str = "app"
+    http_addr: str | None = "127.0.0.1:8090"
+    http_allow_remote: bool = False
+    token: str | None = None
 
 
 class CancelListener:
@@ -101,8 +106,13 @@ class CancelListener:
 class Supervisor:
     """Forks and supervises the worker processes of one app."""
 
-    def __init__(self, queue: Queue, config: SupervisorConfig) -> None:
+    def __init__(self, queue: Queue, config: SupervisorConfig,
+                 metrics: prom.Metrics | None = None) -> None:
         self.queue, self.config = queue, config
+        self.metrics = metrics or prom.Metrics()
+        self.free_metric_ids: list[int] = []
+        self.next_metric_id = 0
+        self.surface: ServiceSurface | None = None
         self.slots = [SlotState(list(t)) for t in config.slots]
         self.workers: dict[int, WorkerProcess] = {}
         self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
@@ -145,11 +155,46 @@ class Supervisor:
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
             fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+        prom.set_identity("supervisor")
+        self.open_surface()
         signal.set_wakeup_fd(self.wake_w)
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, self._queue_signal)
         osproc.title(f"brooq supervisor {self.config.name} workers={len(self.slots)}")
-        event(log, "SupervisorStarted", workers=len(self.slots), pid=self.pid)
+        event(log, "SupervisorStarted", workers=len(self.slots), pid=self.pid,
+              http=self.surface.address if self.surface else "off")
+
+    def open_surface(self) -> None:
+        """Listen on HTTP_ADDR (raises SurfaceConfigError before any child is forked)."""
+        if not self.config.http_addr:
+            return
+        db = prom.DatabaseCollector(lambda: (self.store.depth(), self.store.oldest_ready()),
+                                    self.queue.registry.topics())
+        endpoints = Endpoints(
+            metrics=lambda: prom.render(db, self.pid), health=self.health,
+            get_job=lambda job_id: self.store.get(job_id).as_dict(),
+            cancel_job=self.cancel_job, token=self.config.token,
+        )
+        self.surface = ServiceSurface(self.config.http_addr, endpoints,
+                                      self.config.http_allow_remote)
+
+    def health(self) -> tuple[bool, str]:
+        """/healthz: the loop answers (this call proves it), the database answers, workers run."""
+        if self.stopping:
+            return False, f"stopping ({self.stopping})"
+        try:
+            self.store.ping()
+        except StoreUnavailable as exc:
+            return False, str(exc)
+        running = sum(1 for w in self.workers.values() if w.booted and not w.retiring)
+        if running < len(self.slots):
+            return False, f"{running} of {len(self.slots)} workers running"
+        return True, f"{running} workers running"
+
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        """POST /jobs/{id}/cancel."""
+        canceled = self.store.cancel(job_id, "canceled through the HTTP endpoint")
+        return {"id": job_id, "canceled": canceled, "state": str(self.store.get(job_id).state)}
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
         """NO LOGGING, just queue the signal; the wakeup fd wakes the loop."""
@@ -164,6 +209,8 @@ class Supervisor:
         self.store.close()
         if self.cancels.conn is not None:
             self.cancels.conn.close()
+        if self.surface is not None:
+            self.surface.close()
 
     def tick(self) -> None:
         """One pass of every step."""
@@ -236,10 +283,14 @@ class Supervisor:
         cancel_fd = self.cancels.fileno() if not self.stopping else None
         if cancel_fd is not None:
             fds.append(cancel_fd)
+        if self.surface is not None:
+            fds.append(self.surface.fileno())
         try:
             ready, _, _ = select.select(fds, [], [], self.timeout())
         except InterruptedError:
             return
+        if self.surface is not None and self.surface.fileno() in ready:
+            self.surface.handle()
         if self.wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(self.wake_r, 4096):
@@ -320,7 +371,11 @@ class Supervisor:
             delay = self.slots[worker.slot].boot_failed(time.monotonic())
             event(log, "WorkerBootFailed", logging.ERROR, slot=worker.slot, pid=worker.pid,
                   exit=how, retry_in_s=delay)
-        self.restarts[reason] += 1
+        prom.mark_dead(worker.metrics_id)
+        self.free_metric_ids.append(int(worker.metrics_id[1:]))
+        if reason != "stopped":
+            self.restarts[reason] += 1
+            self.metrics.restarts.labels(reason=reason).inc()
         level = logging.INFO if reason in ("stopped", "max_jobs", "max_memory", "reload") \
             else logging.WARNING
         event(log, "WorkerExited", level, slot=worker.slot, pid=worker.pid, exit=how,
@@ -351,8 +406,11 @@ class Supervisor:
             return  # the row is no longer ours: canceled, or held by someone else
         options = self.queue.registry.options(job.topic)
         outcome = crash_outcome(self.crash_text(kill, how, job), job.ticket.attempt, options)
-        if not self.store_call(lambda: self.store.settle(job.ticket, outcome)):
+        written = self.store_call(lambda: self.store.settle(job.ticket, outcome))
+        if written is None:
             self.unwritten.append((job.ticket, outcome, time.monotonic()))
+        if written:
+            self.metrics.settled.labels(topic=job.topic, outcome=outcome.label).inc()
         event(log, "JobDead" if outcome.label == "dead" else "JobFailed", logging.WARNING,
               job_id=job.ticket.job_id, topic=job.topic, attempt=job.ticket.attempt,
               outcome=outcome.label, error=outcome.error)
@@ -397,6 +455,7 @@ class Supervisor:
         for job_id, worker in held.items():
             if job_id not in kept and worker.job and worker.job.ticket.job_id == job_id:
                 self.lease_lost[worker.job.topic] += 1
+                self.metrics.lease_lost.labels(topic=worker.job.topic).inc()
                 self.interrupt(worker, "lease_lost", signal.SIGUSR1)
 
     def interrupt(self, worker: WorkerProcess, reason: str, signum: int) -> None:
@@ -417,6 +476,7 @@ class Supervisor:
                 if reason:
                     if reason.startswith("hung:"):
                         self.hung[worker.job.topic] += 1
+                        self.metrics.hung.labels(topic=worker.job.topic).inc()
                     self.kill(worker, reason)
         if self.stopping == "graceful" and now >= self.stop_deadline:
             for worker in self.workers.values():
@@ -426,14 +486,22 @@ class Supervisor:
     def maintain(self) -> None:
         """Reaper, retention, and retries of outcomes an outage kept from being written."""
         now = time.monotonic()
-        self.store_call(lambda: self.reaper.tick(now))
-        self.store_call(lambda: self.retention.tick(now))
+        self.count(self.metrics.requeued, self.store_call(lambda: self.reaper.tick(now)))
+        self.count(self.metrics.retention_deleted,
+                   self.store_call(lambda: self.retention.tick(now)))
+        self.metrics.workers.set(len(self.workers))
         pending, self.unwritten = self.unwritten, []
         for ticket, outcome, since in pending:
             if now - since > self.config.lease.total_seconds():
                 continue  # the reaper has returned the job by now; nothing to write
             if self.store_call(lambda t=ticket, o=outcome: self.store.settle(t, o)) is None:
                 self.unwritten.append((ticket, outcome, since))
+
+    @staticmethod
+    def count(counter: Any, counts: list[TopicCount] | None) -> None:
+        """Add per-topic counts to a counter."""
+        for topic, n in counts or []:
+            counter.labels(topic=topic).inc(n)
 
     def manage_workers(self) -> None:
         """Bring the children back to the target: spawn missing, retire extra and old ones."""
@@ -473,18 +541,19 @@ class Supervisor:
     def spawn(self, slot_no: int) -> None:
         """Fork one child for ``slot_no``."""
         read_fd, write_fd = os.pipe()
-        config = self.child_config(slot_no)
+        metrics_id = self.take_metrics_id()
+        config = self.child_config(slot_no, metrics_id)
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             self.become_child(read_fd)
-            child_main(self.queue, config, write_fd, self.pid)
+            child_main(self.queue, config, write_fd, self.pid, self.metrics)
         os.close(write_fd)
         os.set_blocking(read_fd, False)
         worker = WorkerProcess(
             slot=slot_no, pid=pid, reader=protocol.Reader(read_fd), started=time.monotonic(),
-            generation=self.generation, holder=f"{self.host}:{pid}",
+            generation=self.generation, holder=f"{self.host}:{pid}", metrics_id=metrics_id,
         )
         self.workers[pid] = worker
         event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(config.topics))
@@ -494,15 +563,27 @@ class Supervisor:
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        for fd in [read_fd, self.wake_r, self.wake_w] + [w.reader.fd for w in self.workers.values()]:
+        fds = [read_fd, self.wake_r, self.wake_w] + [w.reader.fd for w in self.workers.values()]
+        if self.surface is not None:
+            fds.append(self.surface.fileno())
+        for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def child_config(self, slot_no: int) -> ChildConfig:
+    def take_metrics_id(self) -> str:
+        """The lowest metrics id no live (unreaped) child holds: files are reused, not piled up."""
+        if self.free_metric_ids:
+            self.free_metric_ids.sort()
+            return f"w{self.free_metric_ids.pop(0)}"
+        self.next_metric_id += 1
+        return f"w{self.next_metric_id - 1}"
+
+    def child_config(self, slot_no: int, metrics_id: str) -> ChildConfig:
         """The configuration of the child serving ``slot_no``."""
         c = self.config
         return ChildConfig(
             slot=slot_no, topics=self.slots[slot_no].topics, dsn=c.dsn, lease=c.lease,
+            metrics_id=metrics_id,
             poll_interval=c.poll_interval, max_jobs=c.max_jobs_per_worker,
             max_memory=c.max_memory_per_worker, notify=c.notify,
             max_payload_bytes=c.max_payload_bytes,

@@ -22,6 +22,7 @@ from typing import NoReturn
 from brooq.engine.port import Claimed
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.events import LoggingListener
+from brooq.metrics import Metrics, set_identity
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import osproc, protocol
@@ -48,15 +49,17 @@ class ChildConfig:
     max_memory: int = 0
     notify: bool = True
     max_payload_bytes: int = 1024 * 1024
+    metrics_id: str = "w0"
 
 
 class ChildListener:
     """Reports claims and outcomes to the parent, keeps the process title, logs events."""
 
-    def __init__(self, fd: int, slot: int) -> None:
+    def __init__(self, fd: int, slot: int, metrics: Metrics | None = None) -> None:
         self.fd, self.slot = fd, slot
         self.current: str | None = None
         self.log = LoggingListener()
+        self.metrics = metrics
 
     def claimed(self, claimed: Claimed, options: KindOptions) -> None:
         """Tell the parent before the handler starts, so it can keep the lease."""
@@ -64,12 +67,21 @@ class ChildListener:
         protocol.send(self.fd, protocol.ClaimedJob(claimed.id, claimed.attempt, claimed.topic))
         osproc.title(f"brooq worker {self.slot}: {claimed.topic} job {claimed.id} "
                      f"attempt {claimed.attempt}")
+        if self.metrics:
+            self.metrics.claimed.labels(topic=claimed.topic).inc()
+            self.metrics.busy.labels(topic=claimed.topic).set(1)
         self.log.claimed(claimed, options)
 
     def settled(self, attempted: Attempted) -> None:
         """Tell the parent the job is no longer ours."""
         label = attempted.outcome.label if attempted.written else "lost"
         self.finish(attempted.claimed.id, label)
+        if self.metrics:
+            topic = attempted.claimed.topic
+            if attempted.written:
+                self.metrics.settled.labels(topic=topic, outcome=label).inc()
+            self.metrics.duration.labels(topic=topic).observe(attempted.duration_s)
+            self.metrics.busy.labels(topic=topic).set(0)
         self.log.settled(attempted)
 
     def finish(self, job_id: str, label: str) -> None:
@@ -82,13 +94,14 @@ class ChildListener:
 class Child:
     """The loop of one worker process."""
 
-    def __init__(self, queue: Queue, config: ChildConfig, report_fd: int) -> None:
+    def __init__(self, queue: Queue, config: ChildConfig, report_fd: int,
+                 metrics: Metrics | None = None) -> None:
         self.queue, self.config, self.fd = queue, config, report_fd
         self.stopping = False
         self.jobs = 0
         self.store = PostgresStore(config.dsn, notify=config.notify,
                                    max_payload_bytes=config.max_payload_bytes)
-        self.listener = ChildListener(report_fd, config.slot)
+        self.listener = ChildListener(report_fd, config.slot, metrics)
         holder = f"{socket.gethostname()}:{os.getpid()}"
         self.runner = SlotRunner(self.store, queue.registry, holder, config.lease,
                                  config.topics, self.listener)
@@ -97,7 +110,8 @@ class Child:
         self.stopping = True  # finish the running job, then leave
 
     def install_signals(self) -> None:
-        """TERM: finish and leave. INT (a terminal's ^C reaches the whole group): the parent decides."""
+        """TERM: finish the job, then leave. INT is ignored: a terminal's ^C reaches the
+        whole process group, and the parent decides what it means."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, self._on_term)
         for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
@@ -146,12 +160,16 @@ class Child:
         return None
 
 
-def child_main(queue: Queue, config: ChildConfig, report_fd: int, parent_pid: int) -> NoReturn:
+def child_main(
+    queue: Queue, config: ChildConfig, report_fd: int, parent_pid: int,
+    metrics: Metrics | None = None,
+) -> NoReturn:
     """Entry point after fork; never returns."""
     code = EXIT_CRASH
     try:
         osproc.die_with_parent(parent_pid)
-        child = Child(queue, config, report_fd)
+        set_identity(config.metrics_id)
+        child = Child(queue, config, report_fd, metrics)
         child.install_signals()
         code = child.run()
     except BaseException:

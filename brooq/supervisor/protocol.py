@@ -7,6 +7,7 @@ be written) · ``X <reason>`` leaving to be recycled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -97,7 +98,5 @@ class Reader:
 
 def send(fd: int, message: Message) -> None:
     """Write ``message`` to the parent; a parent that is gone is not an error here."""
-    try:
+    with contextlib.suppress(OSError):
         os.write(fd, encode(message))
-    except (BrokenPipeError, OSError):
-        pass

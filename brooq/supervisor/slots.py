@@ -40,7 +40,8 @@ def _weighted(text: str, registered: Sequence[str]) -> list[list[str]]:
         topic, sep, count = part.strip().partition("=")
         if not sep or not count.strip().isdigit():
             raise SlotSpecError(
-                f"--workers {text!r}: write a count (8) or topic=count pairs (email.send=4,report=2)"
+                f"--workers {text!r}: write a count (8) or topic=count pairs "
+                "(email.send=4,report=2)"
             )
         if topic.strip() not in registered:
             raise SlotSpecError(

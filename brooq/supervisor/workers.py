@@ -54,6 +54,7 @@ class WorkerProcess:
     started: float
     generation: int
     holder: str
+    metrics_id: str = "w0"
     booted: bool = False
     job: InFlight | None = None
     retiring: bool = False

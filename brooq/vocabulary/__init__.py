@@ -68,7 +68,7 @@ __all__ = [
     "find_signal",
     "format_duration",
     "new_job_id",
-    "parse_job_id",
     "parse_duration",
+    "parse_job_id",
     "topic_problem",
 ]

@@ -45,7 +45,9 @@ class KindOptions:
                 problems.append(str(exc))
                 continue
             if coerced <= timedelta(0):
-                problems.append(f"{name}: must be greater than zero, got {format_duration(coerced)}")
+                problems.append(
+                    f"{name}: must be greater than zero, got {format_duration(coerced)}"
+                )
             object.__setattr__(self, name, coerced)
         attempts = self.max_attempts
         if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)):

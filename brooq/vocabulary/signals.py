@@ -77,5 +77,11 @@ def find_signal(error: BaseException) -> BaseException:
         if isinstance(current, HandlerSignal | Interrupted):
             return current
         seen.add(id(current))
-        current = current.__cause__ or current.__context__
+        # Follow ``raise X from Y`` always, the implicit context unless ``from None`` hid it.
+        if current.__cause__ is not None:
+            current = current.__cause__
+        elif current.__suppress_context__:
+            current = None
+        else:
+            current = current.__context__
     return error

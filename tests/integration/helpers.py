@@ -64,12 +64,13 @@ def count_jobs(conn: psycopg.Connection[Any], where: str = "true") -> int:
     return int(row[0])
 
 
-def claim_race_worker(dsn: str, topic: str, start: Any, results: Any) -> None:
-    """One process of the claim race: claim and settle done until nothing is ready.
+def claim_race_worker(dsn: str, topics: list[str], start: Any, results: Any) -> None:
+    """One process of the claim race: claim and settle done until no job of ``topics`` is left.
 
     Sends ``(pid, handled ids, ids whose settle returned False, error)`` back.
     """
     import os
+    import time
 
     from brooq.engine.outcome import DONE
     from brooq.postgres.store import PostgresStore
@@ -78,17 +79,30 @@ def claim_race_worker(dsn: str, topic: str, start: Any, results: Any) -> None:
     lost: list[str] = []
     error = None
     store = PostgresStore(dsn)
+    holder = f"racer-{os.getpid()}"
+    deadline = time.monotonic() + 60
     try:
         with store.connector.connection() as conn:  # connect before the start line
             conn.execute("SELECT 1")
         start.wait(timeout=60)
-        while True:
-            claimed = store.claim(f"racer-{os.getpid()}", [topic], timedelta(minutes=5))
-            if claimed is None:
+        while time.monotonic() < deadline:
+            claimed = store.claim(holder, topics, timedelta(minutes=5))
+            if claimed is not None:
+                handled.append(claimed.id)
+                if not store.settle(claimed.ticket, DONE):
+                    lost.append(claimed.id)
+                continue
+            # None while rows are only locked by other claimers is normal; stop
+            # once no ready row of these topics is left at all.
+            with store.connector.connection() as conn:
+                row = conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM job WHERE state IN ('pending', 'failed') "
+                    "AND topic = ANY(%s))", (topics,)).fetchone()
+            if not (row and row[0]):
                 break
-            handled.append(claimed.id)
-            if not store.settle(claimed.ticket, DONE):
-                lost.append(claimed.id)
+            time.sleep(0.001)
+        else:
+            error = "ran out of time"
     except BaseException as exc:  # reported to the parent, which fails the test
         error = f"{type(exc).__name__}: {exc}"
     finally:

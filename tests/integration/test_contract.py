@@ -25,7 +25,6 @@ from brooq.vocabulary import (
     Delay,
     Job,
     JobNotFound,
-    JobRecord,
     KindOptions,
     PreserveAttempt,
     State,
@@ -177,7 +176,8 @@ def test_enqueue_claim_settle_done(env: Env) -> None:
     t0 = env.now()
     claimed = claim(store, "worker-1", lease=timedelta(seconds=30))
     t1 = env.now()
-    assert claimed.id == job_id and claimed.topic == "work" and claimed.payload == {"n": 1, "s": "é"}
+    assert (claimed.id, claimed.topic) == (job_id, "work")
+    assert claimed.payload == {"n": 1, "s": "é"}
     assert claimed.ticket == Ticket(job_id, "worker-1", 1) and claimed.attempt == 1
     assert between(claimed.locked_until, t0 + timedelta(seconds=30), t1 + timedelta(seconds=30))
     row = store.get(job_id)

@@ -69,7 +69,8 @@ def test_claim_sets_holder_and_lease_together(
     claims = [pg_store.claim(f"w{i}", ["work"], LEASE) for i in range(20)]
     assert all(c is not None for c in claims)
     assert count_jobs(pg, "state = 'processing'") == 20
-    assert count_jobs(pg, "state = 'processing' AND (locked_by IS NULL OR locked_until IS NULL)") == 0
+    unheld = "state = 'processing' AND (locked_by IS NULL OR locked_until IS NULL)"
+    assert count_jobs(pg, unheld) == 0
     pg.execute("UPDATE job SET locked_until = now() - interval '1 second'")
     assert pg_store.requeue_expired() == [TopicCount("work", 20)]
     assert count_jobs(pg, "state = 'pending' AND locked_by IS NULL AND locked_until IS NULL") == 20
@@ -79,16 +80,22 @@ def test_claim_sets_holder_and_lease_together(
 
 
 def test_claim_race_every_job_handled_once(pg: psycopg.Connection[Any], dsn: str) -> None:
-    """8 processes race over 2,000 jobs: each ends done after exactly one attempt."""
-    total, procs = 2000, 8
+    """8 processes race over 2,000 jobs of two topics: each ends done after exactly one attempt.
+
+    Half the processes serve both topics (the multi-topic claim), the others one
+    topic each (the single-topic claim), so both statements race each other.
+    """
+    total = 2000
     pg.execute(
         "INSERT INTO job (topic, payload) "
-        "SELECT 'race', to_jsonb(i) FROM generate_series(1, %s) AS i", (total,))
+        "SELECT CASE WHEN i %% 2 = 0 THEN 'race.a' ELSE 'race.b' END, to_jsonb(i) "
+        "FROM generate_series(1, %s) AS i", (total,))
+    served = [["race.a", "race.b"]] * 4 + [["race.a"]] * 2 + [["race.b"]] * 2
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(procs)
+    start = ctx.Barrier(len(served))
     results = ctx.Queue()
-    workers = [ctx.Process(target=claim_race_worker, args=(dsn, "race", start, results),
-                           daemon=True) for _ in range(procs)]
+    workers = [ctx.Process(target=claim_race_worker, args=(dsn, topics, start, results),
+                           daemon=True) for topics in served]
     for w in workers:
         w.start()
     try:
@@ -702,7 +709,7 @@ def test_available_at_in_any_timezone_is_the_same_instant(
 
 def test_enqueue_takes_only_jobs(pg: psycopg.Connection[Any], dsn: str) -> None:
     queue = brooq.Queue(dsn)
-    with pytest.raises(TypeError, match="brooq.Job"):
+    with pytest.raises(TypeError, match=r"brooq\.Job"):
         queue.enqueue({"topic": "work"})  # type: ignore[arg-type]
     assert count_jobs(pg) == 0
     queue.close()

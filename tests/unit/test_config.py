@@ -483,7 +483,7 @@ def test_parse_addr(text: str, parsed: tuple[str, int]) -> None:
     assert parse_addr(text) == parsed
 
 
-@pytest.mark.parametrize("text", [":8090", "host", "host:0", "host:65536", "::1:80", "h:8o"])
+@pytest.mark.parametrize("text", [":8090", "host", "host:65536", "::1:80", "h:8o"])
 def test_parse_addr_rejects(text: str) -> None:
     with pytest.raises(ValueError, match="not host:port"):
         parse_addr(text)

@@ -9,6 +9,7 @@ of kind options, topics, jobs, payloads, durations and job ids.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import threading
@@ -1065,9 +1066,9 @@ def test_new_job_id_is_strictly_increasing_uuid7() -> None:
     ids = [new_job_id() for _ in range(10_000)]
     after_ms = time.time_ns() // 1_000_000
     assert len(set(ids)) == len(ids)
-    assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
+    assert all(a < b for a, b in itertools.pairwise(ids))
     parsed = [uuid.UUID(i) for i in ids]
-    assert all(u.int < v.int for u, v in zip(parsed, parsed[1:], strict=False))
+    assert all(u.int < v.int for u, v in itertools.pairwise(parsed))
     for text, value in zip(ids, parsed, strict=True):
         assert str(value) == text  # canonical lowercase form
         assert value.version == 7

@@ -1,0 +1,145 @@
+"""Prometheus metrics across all of a supervisor's processes (multiprocess mode).
+
+The supervisor makes a private directory (0700, emptied at start, removed at
+exit) before prometheus_client builds any metric. Every process writes its
+own files there under a *metrics id* rather than its pid: ``supervisor`` for
+the parent, ``w<k>`` for a child, where k is reused only after the parent
+has reaped the previous holder. So the file count stays at about N however
+many children come and go, and a dead child's counters live on in the files
+its successor continues.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+_identity: dict[str, str | None] = {"id": None}
+
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                    300.0)
+
+
+def process_identifier() -> str:
+    """The metrics id of this process (its pid until one is assigned)."""
+    return _identity["id"] or f"pid{os.getpid()}"
+
+
+def set_identity(metrics_id: str) -> None:
+    """Write this process's metrics to files named after ``metrics_id`` from now on."""
+    _identity["id"] = metrics_id
+
+
+def create_directory() -> str:
+    """A fresh private directory for the multiprocess files, set in the environment.
+
+    Must run before prometheus_client creates any metric (the app is imported
+    after it).
+    """
+    path = tempfile.mkdtemp(prefix="brooq-metrics-")
+    os.chmod(path, 0o700)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    set_identity("supervisor")
+    from prometheus_client import values
+
+    values.ValueClass = values.MultiProcessValue(process_identifier)  # type: ignore[no-untyped-call]
+    return path
+
+
+def remove_directory(path: str) -> None:
+    """Delete the directory at exit."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def mark_dead(metrics_id: str) -> None:
+    """Drop the live gauges of a process that ended (its counters stay)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(metrics_id)  # type: ignore[no-untyped-call]
+
+
+class Metrics:
+    """brooq's metrics, with the names and labels of DESIGN.md."""
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.claimed = Counter("brooq_claimed_total", "Jobs claimed (attempts started).", ["topic"])
+        self.settled = Counter("brooq_settle_total", "Attempt outcomes written.",
+                               ["topic", "outcome"])
+        self.duration = Histogram("brooq_attempt_duration_seconds",
+                                  "Duration of attempts, claim to settle.", ["topic"],
+                                  buckets=DURATION_BUCKETS)
+        self.busy = Gauge("brooq_worker_busy", "Worker slots running a job.", ["topic"],
+                          multiprocess_mode="livesum")
+        self.workers = Gauge("brooq_workers", "Worker processes running.",
+                             multiprocess_mode="livemax")
+        self.hung = Counter("brooq_hung_workers_total",
+                            "Workers SIGKILLed because a handler did not exit after an interrupt.",
+                            ["topic"])
+        self.lease_lost = Counter("brooq_lease_lost_total",
+                                  "Running jobs whose lease was lost (canceled or taken).",
+                                  ["topic"])
+        self.requeued = Counter("brooq_requeued_total",
+                                "Jobs returned to pending by the reaper (expired lease).",
+                                ["topic"])
+        self.retention_deleted = Counter("brooq_retention_deleted_total",
+                                         "Terminal rows deleted by retention.", ["topic"])
+        self.restarts = Counter("brooq_worker_restarts_total",
+                                "Worker processes replaced, by reason.", ["reason"])
+
+
+class DatabaseCollector:
+    """``brooq_jobs`` and ``brooq_ready_oldest_age_seconds``, read at scrape time.
+
+    One grouped query (plus one for ages), cached for ``ttl_s`` so a burst of
+    scrapes costs the database one query.
+    """
+
+    def __init__(self, read: Callable[[], tuple[list[dict[str, Any]], dict[str, float]]],
+                 topics: Sequence[str], ttl_s: float = 5.0) -> None:
+        self.read, self.topics, self.ttl_s = read, list(topics), ttl_s
+        self._cached: tuple[float, Any] | None = None
+
+    def _values(self) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        now = time.monotonic()
+        if self._cached is None or now - self._cached[0] > self.ttl_s:
+            self._cached = (now, self.read())
+        values: tuple[list[dict[str, Any]], dict[str, float]] = self._cached[1]
+        return values
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the two gauge families; nothing when the database is unreachable."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        try:
+            depth, oldest = self._values()
+        except Exception:
+            return
+        jobs = GaugeMetricFamily("brooq_jobs", "Jobs by topic and state.",
+                                 labels=["topic", "state"])
+        for row in depth:
+            jobs.add_metric([row["topic"], row["state"]], row["jobs"])
+        age = GaugeMetricFamily("brooq_ready_oldest_age_seconds",
+                                "How long the oldest ready job has waited (0: none ready).",
+                                labels=["topic"])
+        for topic in sorted(set(self.topics) | {r["topic"] for r in depth}):
+            age.add_metric([topic], oldest.get(topic, 0.0))
+        yield jobs
+        yield age
+
+
+def render(db: DatabaseCollector, supervisor_pid: int) -> bytes:
+    """The /metrics page: every process's files, the database gauges, process_* of the parent."""
+    from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    registry.register(db)
+    ProcessCollector(pid=lambda: supervisor_pid, registry=registry)
+    return generate_latest(registry)

@@ -1,0 +1,87 @@
+"""The claim statements stay index scans on a large queue: no Seq Scan, no Sort of the table."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from brooq.postgres.sql import sql
+
+ROWS = 100_000
+TOPICS = ["email.send", "report.daily", "image.resize"]
+SERVED = {
+    "claim_topic": {"topic": "report.daily"},
+    "claim_topics": {"topics": TOPICS},
+}
+
+
+@pytest.fixture
+def big_queue(pg: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+    """100,000 ready rows across three topics (UUIDv7 ids from the column default), analyzed."""
+    pg.execute(
+        "INSERT INTO job (topic, payload, available_at) "
+        "SELECT (%s::text[])[1 + i %% 3], jsonb_build_object('i', i), "
+        "       now() - make_interval(secs => i / 100.0) "
+        "FROM generate_series(1, %s) AS i",
+        (TOPICS, ROWS))
+    pg.execute("ANALYZE job")
+    return pg
+
+
+def _nodes(plan: dict[str, Any], bounded: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
+    """Every plan node, with whether a Limit above it bounds the rows it yields."""
+    yield plan, bounded
+    below = bounded or plan["Node Type"] == "Limit"
+    for child in plan.get("Plans", []):
+        yield from _nodes(child, below)
+
+
+def _check_plan(plan: dict[str, Any]) -> None:
+    nodes = list(_nodes(plan))
+    claim_scans = [n for n, _ in nodes
+                   if n["Node Type"] == "Index Scan" and n.get("Index Name") == "job_claim_idx"]
+    assert claim_scans, "the claim does not scan job_claim_idx"
+    for node, _ in nodes:
+        assert not (node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
+                    and node.get("Relation Name") == "job"), f"full scan of job: {node}"
+        if node["Node Type"] in ("Sort", "Incremental Sort"):
+            # A Sort may only order per-topic heads, each already cut by a Limit.
+            for inner, bounded in _nodes(node):
+                if inner.get("Relation Name") == "job":
+                    assert bounded, f"a Sort over the job table: {node}"
+
+
+@pytest.mark.parametrize("name", sorted(SERVED))
+def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], name: str) -> None:
+    params = {"holder": "w1", "lease": timedelta(seconds=30), **SERVED[name]}
+    row = big_queue.execute("EXPLAIN (FORMAT JSON) " + sql(name), params).fetchone()
+    assert row is not None
+    _check_plan(row[0][0]["Plan"])
+    assert big_queue.execute("SELECT count(*) FROM job WHERE state = 'pending'").fetchone() == (
+        ROWS,), "EXPLAIN must not have claimed anything"
+
+
+PREPARED = {
+    "claim_topic": ("text, interval, text", "'w1', '30 seconds', 'report.daily'"),
+    "claim_topics": ("text, interval, text[]",
+                     "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize']"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SERVED))
+def test_generic_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], name: str) -> None:
+    """psycopg prepares a statement it runs often; the generic plan must be as good."""
+    types, args = PREPARED[name]
+    statement = sql(name)
+    for i, param in enumerate(("holder", "lease", name.replace("claim_", "")), start=1):
+        statement = statement.replace(f"%({param})s", f"${i}")
+    assert "%(" not in statement
+    big_queue.execute("SET plan_cache_mode = force_generic_plan")
+    big_queue.execute(f"PREPARE claim_plan ({types}) AS {statement}")
+    row = big_queue.execute(f"EXPLAIN (FORMAT JSON) EXECUTE claim_plan ({args})").fetchone()
+    assert row is not None
+    _check_plan(row[0][0]["Plan"])
