@@ -39,6 +39,7 @@ from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import osproc, protocol
 from brooq.supervisor.child import ChildConfig, child_main
+from brooq.supervisor.systemd import Notifier
 from brooq.supervisor.workers import InFlight, SlotState, WorkerProcess
 from brooq.vocabulary import StoreUnavailable, format_duration
 
@@ -113,6 +114,7 @@ class Supervisor:
         self.free_metric_ids: list[int] = []
         self.next_metric_id = 0
         self.surface: ServiceSurface | None = None
+        self.notifier = Notifier()
         self.slots = [SlotState(list(t)) for t in config.slots]
         self.workers: dict[int, WorkerProcess] = {}
         self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
@@ -214,6 +216,7 @@ class Supervisor:
 
     def tick(self) -> None:
         """One pass of every step."""
+        self.notifier.pet()
         self.read_reports()
         self.reap_children()
         self.read_cancels()
@@ -221,6 +224,16 @@ class Supervisor:
         self.kill_hung()
         self.maintain()
         self.manage_workers()
+        self.report_ready()
+
+    def report_ready(self) -> None:
+        """READY=1 to systemd once every slot's first child has booted."""
+        if self.notifier.ready_sent or self.stopping:
+            return
+        booted = sum(1 for w in self.workers.values() if w.booted)
+        if booted >= len(self.slots):
+            self.notifier.ready(f"{booted} workers running")
+            event(log, "SupervisorReady", workers=booted)
 
     # --- signals --------------------------------------------------------------------
 
@@ -240,6 +253,7 @@ class Supervisor:
             self.handle_sigquit()
             return
         self.stopping = "graceful"
+        self.notifier.stopping("stopping: running jobs finish")
         self.stop_deadline = time.monotonic() + self.config.graceful_timeout.total_seconds()
         event(log, "SupervisorStopping", mode="graceful",
               timeout=format_duration(self.config.graceful_timeout))
@@ -251,6 +265,7 @@ class Supervisor:
     def handle_sigquit(self) -> None:
         """Fast stop: kill every child now; running jobs go back to pending uncharged."""
         self.stopping = "fast"
+        self.notifier.stopping("stopping now")
         event(log, "SupervisorStopping", mode="fast")
         for worker in self.workers.values():
             self.kill(worker, "shutdown")
