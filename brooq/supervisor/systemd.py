@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -31,11 +32,8 @@ class Notifier:
         """Send ``KEY=value`` lines; errors are ignored (systemd may be gone)."""
         if not self.enabled:
             return
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            try:
-                sock.sendto("\n".join(fields).encode(), self.address)
-            except OSError:
-                pass
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, contextlib.suppress(OSError):
+            sock.sendto("\n".join(fields).encode(), self.address)
 
     def ready(self, status: str) -> None:
         """READY=1, once."""
