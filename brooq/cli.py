@@ -171,29 +171,142 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 # --- status -----------------------------------------------------------------------
 
+_STATES = ("pending", "failed", "processing", "done", "dead", "canceled")
+_CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    """Depth per topic and state, and the age of the oldest ready job per topic."""
+    """Depth, lag, running jobs and recent deaths; once, or redrawn every ``--watch`` s."""
     store = _store(settings)
     try:
-        rows, oldest = store.depth(), store.oldest_ready()
+        if args.watch is None:
+            _show_status(_status_snapshot(store), args.json)
+            return 0
+        return _watch_status(store, args.watch, args.json)
     finally:
         store.close()
-    if args.json:
-        _print_json({"depth": rows, "oldest_ready_s": oldest})
+
+
+def _status_snapshot(store: Any) -> dict[str, Any]:
+    """Every section of ``brooq status`` as JSON-friendly values."""
+    running = [{**row, "id": str(row["id"]), "lease_left_s": _seconds(row["lease_left_s"])}
+               for row in store.running()]
+    dead = [{**row, "id": str(row["id"]), "updated_at": row["updated_at"].isoformat()}
+            for row in store.recent_dead(timedelta(hours=1))]
+    return {
+        "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "depth": store.depth(), "oldest_ready_s": store.oldest_ready(),
+        "running": running, "dead_last_hour": dead,
+    }
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
+def _show_status(snapshot: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        _print_json(snapshot)
+    else:
+        print(_render_status(snapshot))
+
+
+def _watch_seconds(text: str) -> float:
+    """``--watch SECONDS``: a positive number of seconds (a bare number here, like watch(1))."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0.1 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in [0.1, 86400]")
+    return seconds
+
+
+def _watch_status(store: Any, interval: float, as_json: bool) -> int:
+    """Redraw until SIGINT (exit 0); a database outage is shown, not fatal."""
+    import time
+
+    try:
+        while True:
+            try:
+                snapshot: dict[str, Any] | None = _status_snapshot(store)
+                error = None
+            except BrooqError as exc:
+                snapshot, error = None, str(exc)
+            _redraw(snapshot, error, interval, as_json)
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        if not as_json:
+            print()
         return 0
+
+
+def _redraw(snapshot: dict[str, Any] | None, error: str | None, interval: float,
+            as_json: bool) -> None:
+    if as_json:
+        _print_json(snapshot if snapshot is not None else {"error": error})
+    else:
+        body = _render_status(snapshot) if snapshot is not None else f"brooq: error: {error}"
+        sys.stdout.write(f"{_CLEAR}{body}\n\n(every {interval:g}s; Ctrl-C to quit)\n")
+    sys.stdout.flush()
+
+
+def _render_status(snapshot: dict[str, Any]) -> str:
+    """The text form: one block per section."""
+    blocks = [f"brooq status at {snapshot['taken_at']}",
+              _render_depth(snapshot["depth"], snapshot["oldest_ready_s"]),
+              _render_running(snapshot["running"]),
+              _render_dead(snapshot["dead_last_hour"])]
+    return "\n\n".join(blocks)
+
+
+def _age(seconds: float | None) -> str:
+    if not seconds:
+        return "0s"
+    return format_duration(timedelta(seconds=round(seconds)) if seconds >= 1
+                           else timedelta(milliseconds=round(seconds * 1000)))
+
+
+def _render_depth(rows: list[dict[str, Any]], oldest: dict[str, float]) -> str:
     if not rows:
-        print("no jobs")
-        return 0
-    print(f"{'topic':<32} {'state':<11} {'jobs':>9}")
+        return "no jobs"
+    by_topic: dict[str, dict[str, int]] = {}
     for row in rows:
-        print(f"{row['topic']:<32} {row['state']:<11} {row['jobs']:>9}")
-    print(f"\n{'topic':<32} {'oldest ready job waited':>23}")
-    for topic in sorted({r["topic"] for r in rows}):
-        age = oldest.get(topic, 0.0)
-        shown = format_duration(timedelta(milliseconds=round(age * 1000))) if age else "0s"
-        print(f"{topic:<32} {shown:>23}")
-    return 0
+        by_topic.setdefault(row["topic"], {})[row["state"]] = row["jobs"]
+    width = max(len("topic"), *(len(t) for t in by_topic))
+    head = f"{'topic':<{width}} " + " ".join(f"{s:>10}" for s in _STATES) + "  oldest ready"
+    lines = [head]
+    for topic, counts in sorted(by_topic.items()):
+        cells = " ".join(f"{counts.get(s, 0):>10}" for s in _STATES)
+        lines.append(f"{topic:<{width}} {cells}  {_age(oldest.get(topic)):>12}")
+    return "\n".join(lines)
+
+
+def _render_running(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "running: none"
+    lines = [f"running: {len(rows)}",
+             f"  {'job':<36}  {'topic':<20} {'attempt':>7}  {'lease left':>10}  holder"]
+    for row in rows:
+        left = row["lease_left_s"]
+        shown = "expired" if left is not None and left < 0 else _age(left)
+        lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>7}  "
+                     f"{shown:>10}  {row['locked_by'] or '-'}")
+    return "\n".join(lines)
+
+
+def _render_dead(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return "dead in the last hour: none"
+    lines = [f"dead in the last hour: {len(rows)}",
+             f"  {'job':<36}  {'topic':<20} {'attempts':>8}  {'at (UTC)':<19}  last error"]
+    for row in rows:
+        at = datetime.fromisoformat(row["updated_at"]).astimezone(UTC)
+        error = (row["last_error"] or "").replace("\n", " ")
+        error = error if len(error) <= 60 else error[:59] + "…"
+        lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>8}  "
+                     f"{at:%Y-%m-%d %H:%M:%S}  {error}")
+    return "\n".join(lines)
 
 
 # --- config ---------------------------------------------------------------------------
@@ -330,8 +443,10 @@ def _add_jobs(sub: Any) -> None:
     p.add_argument("id")
     p.add_argument("--reason")
     p.set_defaults(func=cmd_cancel)
-    p = sub.add_parser("status", help="depth per topic and state, oldest ready age")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("status", help="depth, oldest ready age, running and dead jobs")
+    p.add_argument("--json", action="store_true", help="one JSON object (a line per refresh)")
+    p.add_argument("--watch", nargs="?", const=2.0, type=_watch_seconds, metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until Ctrl-C")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("config", help="print the effective configuration")
     p.add_argument("action", choices=["show"])

@@ -91,6 +91,9 @@ class Metrics:
                                          "Terminal rows deleted by retention.", ["topic"])
         self.restarts = Counter("brooq_worker_restarts_total",
                                 "Worker processes replaced, by reason.", ["reason"])
+        self.periodic = Counter("brooq_periodic_enqueued_total",
+                                "Runs of periodic schedules enqueued (by this supervisor).",
+                                ["schedule"])
 
 
 class DatabaseCollector:

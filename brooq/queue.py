@@ -12,15 +12,18 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.kinds import Handler, Registry
+from brooq.engine.periodic import check_schedule
 from brooq.engine.port import Store
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.postgres.store import PostgresStore, enqueue_on, enqueue_on_async
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
+    InvalidJob,
     Job,
     JobRecord,
     KindOptions,
+    Schedule,
     coerce_duration,
 )
 
@@ -64,6 +67,7 @@ class Queue:
         self.max_payload_bytes = max_payload_bytes
         self._code_defaults = defaults or KindOptions()
         self.registry = Registry(defaults) if defaults else Registry()
+        self.schedules: list[Schedule] = []
         if isinstance(source, str | ConnectionPool | psycopg.Connection):
             self.store: Store = PostgresStore(
                 source, notify=notify, max_payload_bytes=max_payload_bytes
@@ -92,6 +96,26 @@ class Queue:
         Options set on a kind, then those given as ``Queue(defaults=…)``, win.
         """
         self.registry.set_defaults(self._code_defaults.with_defaults(defaults))
+
+    def periodic(
+        self, cron: str, *, topic: str, payload: Any = None, name: str = "", tz: str = "UTC",
+        missed: str = "latest", priority: int = 0,
+    ) -> Schedule:
+        """Enqueue a job of ``topic`` at every time the 5-field ``cron`` matches in ``tz``.
+
+        The supervisor enqueues each run exactly once, however many
+        supervisors run: each run's idempotency key is derived from ``name``
+        (default ``topic@cron``) and the run time. ``missed`` (``latest``,
+        ``all`` or ``skip``) says what to do with runs that fell due while no
+        supervisor was running.
+        """
+        schedule = Schedule(cron=cron, topic=topic, payload=payload, name=name, tz=tz,
+                            missed=missed, priority=priority)  # type: ignore[arg-type]
+        check_schedule(schedule)
+        if any(s.name == schedule.name for s in self.schedules):
+            raise InvalidJob(f"a schedule named {schedule.name!r} already exists; pass name=")
+        self.schedules.append(schedule)
+        return schedule
 
     def register(self, topic: str, handler: Handler, **options: Any) -> None:
         """Register ``handler`` for ``topic`` without a decorator."""

@@ -8,7 +8,8 @@ injectable clock, so tests can expire leases without sleeping.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -22,6 +23,7 @@ from brooq.vocabulary import (
     Job,
     JobNotFound,
     JobRecord,
+    Schedule,
     SettleHook,
     State,
     decode_payload,
@@ -77,6 +79,7 @@ class InMemoryStore:
             locked_by=None,
             locked_until=None,
             idempotency_key=job.idempotency_key,
+            priority=job.priority,
             last_error=None,
             created_at=now,
             updated_at=now,
@@ -84,17 +87,23 @@ class InMemoryStore:
         self.rows[row.id] = row
         return Enqueued(row.id, True)
 
-    def claim(self, holder: str, topics: Sequence[str], lease: timedelta) -> Claimed | None:
-        """Take the ready row of ``topics`` first by (available_at, id)."""
+    def claim(
+        self, holder: str, topics: Sequence[str], lease: timedelta,
+        limits: Mapping[str, int] | None = None,
+    ) -> Claimed | None:
+        """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
         with self._lock:
             now = self.now()
+            limits = limits or {}
+            running = Counter(r.topic for r in self.rows.values() if r.state is State.PROCESSING)
             ready = [
                 r for r in self.rows.values()
                 if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
+                and (r.topic not in limits or running[r.topic] < limits[r.topic])
             ]
             if not ready:
                 return None
-            row = min(ready, key=lambda r: (r.available_at, r.id))
+            row = min(ready, key=lambda r: (-r.priority, r.available_at, r.id))
             row = replace(
                 row, state=State.PROCESSING, locked_by=holder, locked_until=now + lease,
                 attempts=row.attempts + 1, updated_at=now,
@@ -103,6 +112,22 @@ class InMemoryStore:
             assert row.locked_until is not None
             return Claimed(Ticket(row.id, holder, row.attempts), row.topic, row.payload,
                            row.locked_until)
+
+    def settle_and_claim(
+        self, ticket: Ticket, outcome: Outcome, topics: Sequence[str], lease: timedelta,
+    ) -> tuple[bool, Claimed | None]:
+        """settle, then claim, atomically."""
+        with self._lock:
+            written = self.settle(ticket, outcome)
+            return written, self.claim(ticket.holder, topics, lease)
+
+    def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
+        """The latest available_at among rows keyed by ``schedule``."""
+        with self._lock:
+            times = [r.available_at for r in self.rows.values()
+                     if r.topic == schedule.topic and r.idempotency_key
+                     and r.idempotency_key.startswith(schedule.key_prefix)]
+            return max(times, default=None)
 
     def _held(self, ticket: Ticket) -> JobRecord | None:
         row = self.rows.get(ticket.job_id)

@@ -6,13 +6,13 @@ implements it for unit tests. One contract suite runs against both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from brooq.engine.outcome import Outcome
-from brooq.vocabulary import Enqueued, Job, JobRecord, SettleHook
+from brooq.vocabulary import Enqueued, Job, JobRecord, Schedule, SettleHook
 
 
 class SettleHookFailed(Exception):
@@ -61,8 +61,22 @@ class Store(Protocol):
         """Insert jobs (idempotent per topic and key); in ``conn``'s transaction if given."""
         ...
 
-    def claim(self, holder: str, topics: Sequence[str], lease: timedelta) -> Claimed | None:
-        """Take the next ready job of ``topics`` for ``holder``, charging one attempt."""
+    def claim(
+        self, holder: str, topics: Sequence[str], lease: timedelta,
+        limits: Mapping[str, int] | None = None,
+    ) -> Claimed | None:
+        """Take the next ready job of ``topics`` for ``holder``, charging one attempt.
+
+        Highest priority first, then ``available_at``, then enqueue order. A
+        topic in ``limits`` is claimed only while fewer than its limit of its
+        jobs are processing (everywhere, not just here).
+        """
+        ...
+
+    def settle_and_claim(
+        self, ticket: Ticket, outcome: Outcome, topics: Sequence[str], lease: timedelta,
+    ) -> tuple[bool, Claimed | None]:
+        """settle (no chain/hooks) and claim (no limits) in one transaction."""
         ...
 
     def settle(
@@ -103,4 +117,8 @@ class Store(Protocol):
 
     def get(self, job_id: str) -> JobRecord:
         """The job's row. Raises JobNotFound for an unknown id."""
+        ...
+
+    def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
+        """The due time of the latest run of ``schedule`` still in the table."""
         ...

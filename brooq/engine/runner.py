@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -54,6 +54,7 @@ class SlotRunner:
         lease: timedelta,
         topics: Sequence[str] | None = None,
         listener: RunListener | None = None,
+        prefetch: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.kinds = kinds
@@ -63,10 +64,23 @@ class SlotRunner:
         self.listener = listener
         self.interrupts = InterruptScope()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.limits = {t: n for t in self.topics
+                       if t in kinds and (n := kinds.options(t).max_running)}
+        # Settle-and-claim in one commit, when the caller wants the next job at
+        # once and no topic needs the max_running lock.
+        self.prefetch = prefetch if not self.limits else None
+        self._next: Claimed | None = None
+
+    @property
+    def has_prefetched(self) -> bool:
+        """True when a job was claimed together with the last settle and awaits its run."""
+        return self._next is not None
 
     def run_once(self) -> Attempted | None:
         """Claim and run one job; None when no job is ready."""
-        claimed = self.store.claim(self.holder, self.topics, self.lease)
+        claimed, self._next = self._next, None
+        if claimed is None:
+            claimed = self.store.claim(self.holder, self.topics, self.lease, self.limits)
         if claimed is None:
             return None
         return self.execute(claimed)
@@ -159,6 +173,12 @@ class SlotRunner:
         """Write ``outcome``; return what was finally decided and whether it was written."""
         if outcome.kind is SettleKind.ABANDON:
             return outcome, False
+        plain = outcome.kind is not SettleKind.DONE or claim is None or not (
+            claim.chained or claim.hooks)
+        if plain and self.prefetch is not None and self.prefetch():
+            written, self._next = self.store.settle_and_claim(
+                claimed.ticket, outcome, self.topics, self.lease)
+            return outcome, written
         if outcome.kind is not SettleKind.DONE or claim is None:
             return outcome, self.store.settle(claimed.ticket, outcome)
         try:

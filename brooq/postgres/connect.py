@@ -57,7 +57,9 @@ class Connector:
         self._own: psycopg.Connection[Any] | None = None
         self._own_pid = os.getpid()
         self._inherited: list[psycopg.Connection[Any]] = []
-        self._lock = threading.Lock()
+        # Re-entrant: a settle hook that calls back into the same store (say
+        # queue.enqueue during queue.drain) must not deadlock on its own lock.
+        self._lock = threading.RLock()
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:

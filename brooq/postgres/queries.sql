@@ -8,8 +8,9 @@
 -- One job. ON CONFLICT makes (topic, idempotency_key) idempotent; the caller
 -- looks the existing row up when nothing comes back.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at)
-    VALUES (%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s, COALESCE(%(available_at)s, now()))
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
+    VALUES (%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s, COALESCE(%(available_at)s, now()),
+            %(priority)s)
     ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, topic
 ), notified AS (
@@ -20,11 +21,11 @@ WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
 
 -- name: enqueue_many
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at)
-    SELECT id, topic, payload, idempotency_key, COALESCE(available_at, now())
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
+    SELECT id, topic, payload, idempotency_key, COALESCE(available_at, now()), priority
     FROM unnest(%(ids)s::uuid[], %(topics)s::text[], %(payloads)s::jsonb[],
-                %(keys)s::text[], %(available_ats)s::timestamptz[])
-         AS input(id, topic, payload, idempotency_key, available_at)
+                %(keys)s::text[], %(available_ats)s::timestamptz[], %(priorities)s::smallint[])
+         AS input(id, topic, payload, idempotency_key, available_at, priority)
     ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, topic
 ), notified AS (
@@ -42,14 +43,15 @@ JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_k
   USING (topic, idempotency_key)
 
 -- name: claim_topic
--- The next ready job of one topic: one scan of job_claim_idx.
+-- The next ready job of one topic, highest priority first: one scan of
+-- job_claim_idx. The attempt is charged here (invariant 6).
 UPDATE job
 SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
     attempts = attempts + 1, updated_at = now()
 WHERE id = (
     SELECT id FROM job
     WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
-    ORDER BY available_at, id
+    ORDER BY priority DESC, available_at, id
     LIMIT 1
     FOR NO KEY UPDATE SKIP LOCKED
 )
@@ -57,7 +59,7 @@ RETURNING id, topic, payload, attempts, locked_until
 
 -- name: claim_topics
 -- The next ready job of several topics: the head of each topic's index range
--- (one short scan per topic), then the earliest of those heads.
+-- (one short scan per topic), then the best of those heads.
 UPDATE job
 SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
     attempts = attempts + 1, updated_at = now()
@@ -65,14 +67,37 @@ WHERE id = (
     SELECT head.id
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
-        SELECT id, available_at FROM job
+        SELECT id, priority, available_at FROM job
         WHERE state IN ('pending', 'failed') AND topic = served.topic AND available_at <= now()
-        ORDER BY available_at, id
+        ORDER BY priority DESC, available_at, id
         LIMIT 1
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS head
-    ORDER BY head.available_at, head.id
+    ORDER BY head.priority DESC, head.available_at, head.id
     LIMIT 1
+)
+RETURNING id, topic, payload, attempts, locked_until
+
+-- name: lock_topic
+-- Serialize the claims of one topic that has a max_running limit, until the
+-- end of the transaction: SKIP LOCKED alone would let two claimers both see
+-- room for one more. The claim runs as a separate statement after it, so its
+-- snapshot includes every claim committed by the previous lock holder.
+SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0))
+
+-- name: claim_topic_limited
+-- claim_topic, only while fewer than max_running jobs of the topic are in flight.
+UPDATE job
+SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+    attempts = attempts + 1, updated_at = now()
+WHERE id = (
+    SELECT id FROM job
+    WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
+      AND (SELECT count(*) FROM job AS running
+           WHERE running.state = 'processing' AND running.topic = %(topic)s) < %(max_running)s
+    ORDER BY priority DESC, available_at, id
+    LIMIT 1
+    FOR NO KEY UPDATE SKIP LOCKED
 )
 RETURNING id, topic, payload, attempts, locked_until
 
@@ -85,6 +110,75 @@ SET state = %(state)s,
     last_error = COALESCE(%(error)s, last_error),
     updated_at = now()
 WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s AND attempts = %(attempt)s
+
+-- name: settle_and_claim_topic
+-- settle, then claim_topic, in one statement and one commit: a busy worker
+-- pays one WAL flush per job instead of two. The settled row is 'processing'
+-- in the statement's snapshot, so the claim can never take it back.
+WITH settled AS (
+    UPDATE job
+    SET state = %(state)s,
+        attempts = GREATEST(attempts - %(refund)s, 0),
+        available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s
+                            ELSE available_at END,
+        last_error = COALESCE(%(error)s, last_error),
+        updated_at = now()
+    WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s
+      AND attempts = %(attempt)s
+    RETURNING 1
+), claimed AS (
+    UPDATE job
+    SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+        attempts = attempts + 1, updated_at = now()
+    WHERE id = (
+        SELECT id FROM job
+        WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
+        ORDER BY priority DESC, available_at, id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED
+    )
+    RETURNING id, topic, payload, attempts, locked_until
+)
+SELECT (SELECT count(*) FROM settled) AS settled,
+       claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.locked_until
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true
+
+-- name: settle_and_claim_topics
+-- settle_and_claim_topic for several topics (the claim of claim_topics).
+WITH settled AS (
+    UPDATE job
+    SET state = %(state)s,
+        attempts = GREATEST(attempts - %(refund)s, 0),
+        available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s
+                            ELSE available_at END,
+        last_error = COALESCE(%(error)s, last_error),
+        updated_at = now()
+    WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s
+      AND attempts = %(attempt)s
+    RETURNING 1
+), claimed AS (
+    UPDATE job
+    SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+        attempts = attempts + 1, updated_at = now()
+    WHERE id = (
+        SELECT head.id
+        FROM unnest(%(topics)s::text[]) AS served(topic)
+        CROSS JOIN LATERAL (
+            SELECT id, priority, available_at FROM job
+            WHERE state IN ('pending', 'failed') AND topic = served.topic
+              AND available_at <= now()
+            ORDER BY priority DESC, available_at, id
+            LIMIT 1
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS head
+        ORDER BY head.priority DESC, head.available_at, head.id
+        LIMIT 1
+    )
+    RETURNING id, topic, payload, attempts, locked_until
+)
+SELECT (SELECT count(*) FROM settled) AS settled,
+       claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.locked_until
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 
 -- name: heartbeat
 -- Extend every lease still held, in one statement whatever their number.
@@ -146,7 +240,7 @@ WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
 
 -- name: get
 -- The fate of a job: one SELECT.
-SELECT id, topic, payload, state, attempts, available_at, locked_by, locked_until,
+SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, locked_until,
        idempotency_key, last_error, created_at, updated_at
 FROM job
 WHERE id = %(id)s
@@ -165,6 +259,11 @@ FROM job
 WHERE state IN ('pending', 'failed') AND available_at <= now()
 GROUP BY topic
 ORDER BY topic
+
+-- name: last_scheduled_run
+-- When the latest run of a periodic schedule was enqueued (its available_at).
+SELECT max(available_at) FROM job
+WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
 
 -- name: running
 -- What is in flight and who holds it.

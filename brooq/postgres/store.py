@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from datetime import timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -22,6 +22,7 @@ from brooq.vocabulary import (
     Job,
     JobNotFound,
     JobRecord,
+    Schedule,
     SettleHook,
     State,
     encode_payload,
@@ -44,7 +45,8 @@ class PreparedBatch:
         """Parameters of ``enqueue_one`` for a batch of one."""
         job = self.jobs[0]
         return {"id": self.ids[0], "topic": job.topic, "payload": self.payloads[0],
-                "key": job.idempotency_key, "available_at": job.available_at, "notify": notify}
+                "key": job.idempotency_key, "available_at": job.available_at,
+                "priority": job.priority, "notify": notify}
 
     def params_many(self, notify: bool) -> dict[str, Any]:
         """Parameters of ``enqueue_many``."""
@@ -54,6 +56,7 @@ class PreparedBatch:
             "payloads": self.payloads,
             "keys": [j.idempotency_key for j in self.jobs],
             "available_ats": [j.available_at for j in self.jobs],
+            "priorities": [j.priority for j in self.jobs],
             "notify": notify,
         }
 
@@ -132,6 +135,37 @@ def _record(row: dict[str, Any]) -> JobRecord:
     return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"])})
 
 
+def _claim_statement(
+    holder: str, topics: Sequence[str], lease: timedelta, prefix: str = ""
+) -> tuple[str, dict[str, Any]]:
+    params: dict[str, Any] = {"holder": holder, "lease": lease}
+    if len(topics) == 1:
+        params["topic"] = topics[0]
+        return sql(f"{prefix}claim_topic"), params
+    params["topics"] = list(topics)
+    return sql(f"{prefix}claim_topics"), params
+
+
+def _claimed(row: Row | None, holder: str) -> Claimed | None:
+    if row is None:
+        return None
+    job_id, topic, payload, attempts, locked_until = row
+    return Claimed(Ticket(str(job_id), holder, attempts), topic, payload, locked_until)
+
+
+def _settle_params(ticket: Ticket, outcome: Outcome) -> dict[str, Any]:
+    return {
+        "id": ticket.job_id, "holder": ticket.holder, "attempt": ticket.attempt,
+        "state": str(outcome.state), "refund": 1 if outcome.refund_attempt else 0,
+        "retry_in": outcome.retry_in or timedelta(0), "error": outcome.error,
+    }
+
+
+def _like_prefix(prefix: str) -> str:
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "%"
+
+
 def _ticket_arrays(tickets: Sequence[Ticket]) -> dict[str, list[Any]]:
     return {
         "ids": [t.job_id for t in tickets],
@@ -161,6 +195,7 @@ class PostgresStore:
     ) -> None:
         self.connector = Connector(source)
         self._listening: psycopg.Connection[Any] | None = None
+        self._turn = False
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
 
@@ -173,21 +208,63 @@ class PostgresStore:
             return enqueue_on(own, jobs, notify=self.notify,
                               max_payload_bytes=self.max_payload_bytes)
 
-    def claim(self, holder: str, topics: Sequence[str], lease: timedelta) -> Claimed | None:
-        """Take the next ready job of ``topics``: one guarded statement, SKIP LOCKED."""
-        if not topics:
-            return None
-        params: dict[str, Any] = {"holder": holder, "lease": lease}
-        if len(topics) == 1:
-            statement, params["topic"] = sql("claim_topic"), topics[0]
-        else:
-            statement, params["topics"] = sql("claim_topics"), list(topics)
+    def claim(
+        self, holder: str, topics: Sequence[str], lease: timedelta,
+        limits: Mapping[str, int] | None = None,
+    ) -> Claimed | None:
+        """Take the next ready job of ``topics``: one guarded statement, SKIP LOCKED.
+
+        Topics in ``limits`` (max_running) are claimed one at a time under a
+        per-topic transaction lock, so the cap holds across every host.
+        """
+        free = [t for t in topics if not limits or t not in limits]
+        capped = [t for t in topics if limits and t in limits]
+        self._turn = not self._turn  # alternate, so neither group starves the other
+        for group in ([free, capped] if self._turn else [capped, free]):
+            if group is free and free:
+                claimed = self._claim_free(holder, free, lease)
+            elif group is capped and capped and limits:
+                claimed = self._claim_capped(holder, capped, lease, limits)
+            else:
+                continue
+            if claimed is not None:
+                return claimed
+        return None
+
+    def _claim_free(self, holder: str, topics: Sequence[str], lease: timedelta) -> Claimed | None:
+        statement, params = _claim_statement(holder, topics, lease)
+        with self.connector.connection() as conn:
+            return _claimed(conn.execute(statement, params).fetchone(), holder)
+
+    def _claim_capped(
+        self, holder: str, topics: Sequence[str], lease: timedelta, limits: Mapping[str, int]
+    ) -> Claimed | None:
+        for topic in topics:
+            params = {"holder": holder, "lease": lease, "topic": topic,
+                      "max_running": limits[topic]}
+            with self.connector.connection() as conn, conn.transaction():
+                conn.execute(sql("lock_topic"), {"topic": topic})
+                row = conn.execute(sql("claim_topic_limited"), params).fetchone()
+            if row is not None:
+                return _claimed(row, holder)
+        return None
+
+    def settle_and_claim(
+        self, ticket: Ticket, outcome: Outcome, topics: Sequence[str], lease: timedelta,
+    ) -> tuple[bool, Claimed | None]:
+        """Settle a plain outcome and claim the next job of ``topics``: one statement, one commit.
+
+        Not for outcomes with chain/hooks (they need the handler's transaction)
+        nor for capped topics (they need the topic lock first).
+        """
+        if outcome.kind is SettleKind.ABANDON:
+            return False, self.claim(ticket.holder, topics, lease)
+        statement, params = _claim_statement(ticket.holder, topics, lease, prefix="settle_and_")
+        params.update(_settle_params(ticket, outcome))
         with self.connector.connection() as conn:
             row = conn.execute(statement, params).fetchone()
-        if row is None:
-            return None
-        job_id, topic, payload, attempts, locked_until = row
-        return Claimed(Ticket(str(job_id), holder, attempts), topic, payload, locked_until)
+        assert row is not None
+        return row[0] == 1, _claimed(row[1:] if row[1] is not None else None, ticket.holder)
 
     def settle(
         self,
@@ -199,11 +276,7 @@ class PostgresStore:
         """Write the outcome if the ticket still holds the job; chain and hooks in the same tx."""
         if outcome.kind is SettleKind.ABANDON:
             return False
-        params = {
-            "id": ticket.job_id, "holder": ticket.holder, "attempt": ticket.attempt,
-            "state": str(outcome.state), "refund": 1 if outcome.refund_attempt else 0,
-            "retry_in": outcome.retry_in or timedelta(0), "error": outcome.error,
-        }
+        params = _settle_params(ticket, outcome)
         with_effects = outcome.kind is SettleKind.DONE and (chain or hooks)
         with self.connector.connection() as conn:
             if not with_effects:
@@ -223,8 +296,12 @@ class PostgresStore:
                            max_payload_bytes=self.max_payload_bytes)
             for hook in hooks:
                 hook(conn)
-        except psycopg.OperationalError:
-            raise
+        except psycopg.OperationalError as exc:
+            if conn.broken or conn.closed:
+                raise  # the connection itself failed: StoreUnavailable, nothing written
+            # A statement timeout, deadlock or lock timeout in a hook is the hook's
+            # failure, recorded like any other; never a lease-expiry retry loop.
+            raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
         except Exception as exc:
             raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
 
@@ -297,6 +374,14 @@ class PostgresStore:
         with self.connector.connection() as conn:
             cur = conn.cursor(row_factory=dict_row)
             return cur.execute(sql("recent_dead"), {"since": since, "limit": limit}).fetchall()
+
+    def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
+        """When the latest run of ``schedule`` still in the table was due."""
+        params = {"topic": schedule.topic,
+                  "key_prefix": _like_prefix(schedule.key_prefix)}
+        with self.connector.connection() as conn:
+            row = conn.execute(sql("last_scheduled_run"), params).fetchone()
+        return row[0] if row else None
 
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""

@@ -31,6 +31,7 @@ import psycopg
 from brooq import metrics as prom
 from brooq.engine.maintenance import Periodic, Reaper, Retention
 from brooq.engine.outcome import crash_outcome
+from brooq.engine.periodic import PeriodicScheduler
 from brooq.engine.port import Ticket, TopicCount
 from brooq.http import Endpoints, ServiceSurface
 from brooq.logs import event
@@ -135,6 +136,9 @@ class Supervisor:
         self.retention = Retention(self.store, config.retention_ttl, config.retention_batch,
                                    Periodic(config.retention_period))
         self.unwritten: list[tuple[Ticket, Any, float]] = []
+        self.scheduler = PeriodicScheduler(queue.schedules, self.store.enqueue_many,
+                                           self.store.last_scheduled_run)
+        self.schedule_check = Periodic(timedelta(seconds=1))
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -505,6 +509,12 @@ class Supervisor:
         self.count(self.metrics.retention_deleted,
                    self.store_call(lambda: self.retention.tick(now)))
         self.metrics.workers.set(len(self.workers))
+        if self.scheduler.schedules and self.schedule_check.due(now):
+            for run in self.store_call(self.scheduler.run_once) or []:
+                if run.result.created:
+                    self.metrics.periodic.labels(schedule=run.schedule.name).inc()
+                    event(log, "PeriodicEnqueued", schedule=run.schedule.name,
+                          run=run.run.isoformat(), job_id=run.result.id)
         pending, self.unwritten = self.unwritten, []
         for ticket, outcome, since in pending:
             if now - since > self.config.lease.total_seconds():

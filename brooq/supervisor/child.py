@@ -104,7 +104,12 @@ class Child:
         self.listener = ChildListener(report_fd, config.slot, metrics)
         holder = f"{socket.gethostname()}:{os.getpid()}"
         self.runner = SlotRunner(self.store, queue.registry, holder, config.lease,
-                                 config.topics, self.listener)
+                                 config.topics, self.listener, prefetch=self._want_next)
+
+    def _want_next(self) -> bool:
+        # Claim the next job with this settle only if this process will run it.
+        max_jobs = self.config.max_jobs
+        return not self.stopping and not (max_jobs and self.jobs + 1 >= max_jobs)
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True  # finish the running job, then leave
@@ -125,7 +130,7 @@ class Child:
         osproc.title(f"brooq worker {self.config.slot}: idle")
         protocol.send(self.fd, protocol.Booted())
         backoff = 0.2
-        while not self.stopping:
+        while not self.stopping or self.runner.has_prefetched:
             try:
                 worked = self.runner.run_once() is not None
                 if not worked and not self.stopping:

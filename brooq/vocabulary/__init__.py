@@ -16,6 +16,7 @@ from brooq.vocabulary.ids import new_job_id, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
 from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
 from brooq.vocabulary.payload import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
+from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.signals import (
     AttemptTimedOut,
     CancelJob,
@@ -35,6 +36,7 @@ __all__ = [
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
+    "MISSED_RUNS",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
     "AttemptTimedOut",
@@ -58,6 +60,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "PreserveAttempt",
+    "Schedule",
     "SettleHook",
     "State",
     "StoreUnavailable",

@@ -11,6 +11,7 @@ from brooq.vocabulary.state import State
 from brooq.vocabulary.topic import Topic
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 512
+PRIORITY_RANGE = range(-32768, 32768)
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,14 +21,16 @@ class Job:
     ``payload`` is any JSON-serializable value. ``idempotency_key``
     deduplicates per topic for the life of the row; ``""`` or None means no
     key. ``available_at`` (timezone-aware) delays the first attempt; None means
-    now. Invalid values raise :class:`InvalidJob` or ``InvalidTopic`` here,
-    before anything is written.
+    now. ``priority`` (a small int, default 0): higher runs first among ready
+    jobs of a topic. Invalid values raise :class:`InvalidJob` or
+    ``InvalidTopic`` here, before anything is written.
     """
 
     topic: str
     payload: Any = None
     idempotency_key: str | None = None
     available_at: datetime | None = None
+    priority: int = 0
     _topic: Topic = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -45,6 +48,9 @@ class Job:
                 raise InvalidJob("idempotency_key holds a NUL character, which PostgreSQL rejects")
             if key == "":
                 object.__setattr__(self, "idempotency_key", None)
+        prio = self.priority
+        if isinstance(prio, bool) or not isinstance(prio, int) or prio not in PRIORITY_RANGE:
+            raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {prio!r}")
         at = self.available_at
         if at is not None:
             if not isinstance(at, datetime):
@@ -75,6 +81,7 @@ class JobRecord:
     payload: Any
     state: State
     attempts: int
+    priority: int
     available_at: datetime
     locked_by: str | None
     locked_until: datetime | None

@@ -21,6 +21,10 @@ _DURATION_FIELDS = (
 class KindOptions:
     """Options of one kind of job. A field left None takes the configured default.
 
+    ``max_running`` caps how many jobs of the topic are ``processing`` at once
+    across every supervisor and host (None: no cap); the claim enforces it in
+    the database.
+
     Durations accept a timedelta, a number of seconds or a string with units
     (``"1m"``). Invalid values raise :class:`InvalidKindOptions` listing every
     problem.
@@ -32,6 +36,7 @@ class KindOptions:
     backoff_base: timedelta | None = None
     backoff_max: timedelta | None = None
     watchdog_grace: timedelta | None = None
+    max_running: int | None = None
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -49,11 +54,10 @@ class KindOptions:
                     f"{name}: must be greater than zero, got {format_duration(coerced)}"
                 )
             object.__setattr__(self, name, coerced)
-        attempts = self.max_attempts
-        if attempts is not None and (isinstance(attempts, bool) or not isinstance(attempts, int)):
-            problems.append(f"max_attempts: must be an integer, got {attempts!r}")
-        elif attempts is not None and attempts < 1:
-            problems.append(f"max_attempts: must be at least 1, got {attempts}")
+        for name in ("max_attempts", "max_running"):
+            problem = _positive_int_problem(name, getattr(self, name))
+            if problem:
+                problems.append(problem)
         if not problems:
             problems.extend(self._order_problems())
         if problems:
@@ -83,6 +87,16 @@ class KindOptions:
             if getattr(self, f.name) is None
         }
         return replace(self, **filled)
+
+
+def _positive_int_problem(name: str, value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{name}: must be an integer, got {value!r}"
+    if value < 1:
+        return f"{name}: must be at least 1, got {value}"
+    return None
 
 
 BUILTIN_KIND_DEFAULTS = KindOptions(

@@ -15,7 +15,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from brooq.engine.fake import InMemoryStore
-from brooq.engine.outcome import DONE, Outcome, SettleKind, decide
+from brooq.engine.outcome import DONE, LAST_ERROR_MAX_CHARS, Outcome, SettleKind, decide
 from brooq.engine.port import Claimed, Store, Ticket, TopicCount
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import (
@@ -601,6 +601,7 @@ def _ready(env: Env, job_id: str) -> None:
 
 def test_handler_success_is_done(env: Env) -> None:
     job_id = enqueue(env.store, payload={"x": 1})
+    available_at = env.store.get(job_id).available_at
     seen: list[Claim] = []
     attempted, _, _ = _run(env, seen.append)
     assert attempted.written and attempted.outcome.label == "done"
@@ -608,6 +609,7 @@ def test_handler_success_is_done(env: Env) -> None:
     assert seen[0].attempt == 1 and seen[0].lease.holder == "worker-1"
     row = env.store.get(job_id)
     assert (row.state, row.attempts, row.last_error) == (State.DONE, 1, None)
+    assert row.available_at == available_at
 
 
 def test_handler_error_fails_with_backoff_then_dies_on_the_last_attempt(env: Env) -> None:
@@ -654,10 +656,12 @@ def test_single_attempt_kind_dies_at_once(env: Env) -> None:
     def handler(claim: Claim) -> None:
         raise KeyError("missing")
 
+    available_at = env.store.get(job_id).available_at
     attempted, _, _ = _run(env, handler, max_attempts=1)
     assert attempted.outcome.label == "dead"
     row = env.store.get(job_id)
     assert (row.state, row.attempts, row.last_error) == (State.DEAD, 1, "KeyError: 'missing'")
+    assert row.available_at == available_at
 
 
 @pytest.mark.parametrize("chained", [False, True], ids=["direct", "from-cause"])
@@ -673,10 +677,11 @@ def test_cancel_job_signal_cancels_whatever_attempts_remain(env: Env, chained: b
         except LookupError as err:
             raise CancelJob("customer gone") from err
 
+    available_at = env.store.get(job_id).available_at
     attempted, _, _ = _run(env, wrapped_handler if chained else handler, max_attempts=5)
     assert attempted.outcome.label == "canceled"
     row = env.store.get(job_id)
-    assert (row.state, row.attempts) == (State.CANCELED, 1)
+    assert (row.state, row.attempts, row.available_at) == (State.CANCELED, 1, available_at)
     assert row.last_error is not None and "CancelJob" in row.last_error
     assert "customer gone" in row.last_error
 
@@ -766,6 +771,37 @@ def test_preserve_attempt_never_goes_below_zero(env: Env) -> None:
     assert store.settle(ticket, decide(PreserveAttempt(), 1, OPTS))
     row = store.get(job_id)
     assert (row.state, row.attempts) == (State.FAILED, 0)
+
+
+def test_last_error_is_bounded_and_storable(env: Env) -> None:
+    """A NUL (which PostgreSQL text refuses) and a huge message still settle the failure."""
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise ValueError("nul \x00 inside " + "x" * 10_000)
+
+    attempted, _, _ = _run(env, handler)
+    assert attempted.written and attempted.outcome.label == "failed"
+    row = env.store.get(job_id)
+    assert row.state is State.FAILED and row.last_error is not None
+    assert row.last_error.startswith("ValueError: nul \\0 inside xxx")
+    assert len(row.last_error) <= LAST_ERROR_MAX_CHARS
+
+
+@pytest.mark.parametrize("error", [SystemExit(3), KeyboardInterrupt()], ids=repr)
+def test_base_exceptions_from_a_handler_are_recorded_failures(
+    env: Env, error: BaseException
+) -> None:
+    job_id = enqueue(env.store)
+
+    def handler(claim: Claim) -> None:
+        raise error
+
+    attempted, _, _ = _run(env, handler)
+    assert attempted.written and attempted.outcome.label == "failed"
+    row = env.store.get(job_id)
+    assert row.state is State.FAILED and row.last_error is not None
+    assert type(error).__name__ in row.last_error
 
 
 def test_run_once_with_nothing_ready_is_none(env: Env) -> None:

@@ -6,6 +6,8 @@ import psycopg
 
 from brooq.postgres import migrations
 
+ALL = ["0001.job", "0002.job-indexes", "0003.job-autovacuum", "0004.job-priority"]
+
 
 def _tables(dsn: str) -> set[str]:
     with psycopg.connect(dsn) as conn:
@@ -25,15 +27,15 @@ def _schema(dsn: str) -> list[tuple[str, ...]]:
 
 
 def test_up_down_up(empty_dsn: str) -> None:
-    assert [s.applied for s in migrations.status(empty_dsn)] == [False, False, False]
+    assert not any(s.applied for s in migrations.status(empty_dsn))
     applied = migrations.up(empty_dsn)
-    assert applied == ["0001.job", "0002.job-indexes", "0003.job-autovacuum"]
+    assert applied == ALL
     assert "job" in _tables(empty_dsn)
     first = _schema(empty_dsn)
     assert migrations.up(empty_dsn) == []
 
     rolled = migrations.down(empty_dsn, steps=None)
-    assert rolled == ["0003.job-autovacuum", "0002.job-indexes", "0001.job"]
+    assert rolled == ALL[::-1]
     assert "job" not in _tables(empty_dsn)
     assert not any(s.applied for s in migrations.status(empty_dsn))
 
@@ -60,5 +62,5 @@ def test_schema_has_the_promised_pieces(dsn: str) -> None:
 
 def test_down_one_step(empty_dsn: str) -> None:
     migrations.up(empty_dsn)
-    assert migrations.down(empty_dsn) == ["0003.job-autovacuum"]
-    assert [s.applied for s in migrations.status(empty_dsn)] == [True, True, False]
+    assert migrations.down(empty_dsn) == [ALL[-1]]
+    assert [s.applied for s in migrations.status(empty_dsn)] == [True] * (len(ALL) - 1) + [False]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import subprocess
 import sys
@@ -271,6 +272,50 @@ def test_a_rejected_job_leaves_the_callers_transaction_usable(
     queue.close()
 
 
+def _wait_for_lock_wait(pg: psycopg.Connection[Any]) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if _one(pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the second enqueue never waited for the first transaction")
+
+
+@pytest.mark.parametrize("first_commits", [True, False], ids=["commit", "rollback"])
+def test_same_key_from_two_transactions_at_once(
+    pg: psycopg.Connection[Any], dsn: str, first_commits: bool
+) -> None:
+    """The second enqueue waits for the first transaction, then dedups or creates."""
+    queue = brooq.Queue(dsn)
+    results: list[Any] = []
+    with psycopg.connect(dsn) as first:
+        mine = queue.enqueue(Job("work", "first", idempotency_key="k"), conn=first)
+        second = threading.Thread(
+            target=lambda: results.append(queue.enqueue(Job("work", "second",
+                                                            idempotency_key="k"))),
+            daemon=True)
+        second.start()
+        try:
+            _wait_for_lock_wait(pg)
+        finally:
+            if first_commits:
+                first.commit()
+            else:
+                first.rollback()
+        second.join(timeout=20)
+        assert not second.is_alive()
+    (theirs,) = results
+    if first_commits:
+        assert theirs == (mine.id, False)
+        assert queue.get(mine.id).payload == "first"
+    else:
+        assert theirs.created and theirs.id != mine.id
+        assert queue.get(theirs.id).payload == "second"
+    assert count_jobs(pg) == 1
+    queue.close()
+
+
 # -- settle after cancel -----------------------------------------------------------------------
 
 
@@ -408,6 +453,70 @@ def test_lost_lease_writes_neither_outcome_nor_effects(
         assert (row.state, row.locked_by, row.attempts) == (State.PROCESSING, "worker-2", 2)
     assert count_jobs(effects, "topic = 'next.step'") == 0
     assert _one(effects, "SELECT count(*) FROM effect") == 0
+
+
+@pytest.mark.parametrize("failure", ["statement-timeout", "lock-timeout"])
+def test_a_hook_timing_out_is_a_recorded_failure(
+    effects: psycopg.Connection[Any], pg_store: PostgresStore, failure: str
+) -> None:
+    """Errors of the OperationalError family raised by a hook's own statements are the
+    hook's failure: recorded (failed, then dead), not StoreUnavailable with the job
+    left processing for the reaper, which would retry a poison hook forever."""
+    (job,) = pg_store.enqueue_many([Job("work")])
+    effects.execute("CREATE TABLE guarded (id int PRIMARY KEY)")
+    effects.execute("INSERT INTO guarded VALUES (1)")
+
+    def handler(claim: brooq.Claim) -> None:
+        claim.chain(Job("next.step", "must not exist"))
+        claim.on_succeeded(_effect_hook(claim))
+
+        def slow(conn: psycopg.Connection[Any]) -> None:
+            if failure == "statement-timeout":
+                conn.execute("SET LOCAL statement_timeout = '20ms'")
+                conn.execute("SELECT pg_sleep(5)")
+            else:
+                conn.execute("SET LOCAL lock_timeout = '20ms'")
+                conn.execute("SELECT * FROM guarded FOR UPDATE")
+        claim.on_succeeded(slow)
+
+    locking = failure == "lock-timeout"
+    with effects.transaction() if locking else contextlib.nullcontext():
+        if locking:
+            effects.execute("SELECT * FROM guarded FOR UPDATE")  # held during the settle
+        attempted = run_one(pg_store, handler)
+    assert attempted is not None and attempted.written
+    row = pg_store.get(job.id)
+    assert (row.state, row.attempts) == (State.FAILED, 1)
+    expected = {"statement-timeout": "QueryCanceled", "lock-timeout": "LockNotAvailable"}[failure]
+    assert row.last_error is not None and expected in row.last_error
+    assert count_jobs(effects, "topic = 'next.step'") == 0
+    assert _one(effects, "SELECT count(*) FROM effect") == 0
+
+
+def test_a_hook_calling_back_into_its_queue_does_not_deadlock(
+    pg: psycopg.Connection[Any], dsn: str
+) -> None:
+    queue = brooq.Queue(dsn)
+    job_id, _ = queue.enqueue(Job("work"))
+    seen: list[State] = []
+
+    @queue.kind("work")
+    def handler(claim: brooq.Claim) -> None:
+        def follow_up(conn: psycopg.Connection[Any]) -> None:
+            queue.enqueue(Job("follow.up", {"after": claim.id}))
+            seen.append(queue.get(claim.id).state)
+        claim.on_succeeded(follow_up)
+
+    drained: list[brooq.Drained] = []
+    worker = threading.Thread(target=lambda: drained.append(queue.drain()), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive(), "queue.drain() deadlocked in a settle hook"
+    assert drained and drained[0].outcomes == {"done": 1}
+    assert queue.get(job_id).state is State.DONE
+    assert count_jobs(pg, "topic = 'follow.up'") == 1
+    assert seen == [State.DONE]
+    queue.close()
 
 
 # -- retention ---------------------------------------------------------------------------------
@@ -738,6 +847,19 @@ def test_unreachable_database_raises_store_unavailable(dsn_template: str) -> Non
             call()
         _assert_no_secret(info.value)
     queue.close()
+
+
+def test_a_broken_connection_raises_store_unavailable_then_reconnects(
+    pg: psycopg.Connection[Any], pg_store: PostgresStore
+) -> None:
+    (job,) = pg_store.enqueue_many([Job("work")])
+    pg.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+    assert _wait_backends(pg, 0) == 0
+    with pytest.raises(brooq.StoreUnavailable, match="database unavailable"):
+        pg_store.claim("w1", ["work"], LEASE)
+    claimed = pg_store.claim("w1", ["work"], LEASE)  # a fresh connection
+    assert claimed is not None and claimed.id == job.id
 
 
 def test_wrong_password_raises_store_unavailable_without_it(dsn: str) -> None:

@@ -32,7 +32,7 @@ _SCRUBBED = {"DATABASE_URL", "HTTP_ADDR", "CREDENTIALS_DIRECTORY", "PYTHONPATH"}
 
 def wait_until(predicate: Callable[[], T], timeout: float, what: str = "",
                interval: float = 0.05) -> T:
-    """Poll ``predicate`` until it returns something truthy (returned); AssertionError at timeout."""
+    """Poll ``predicate`` until it returns something truthy (returned); AssertionError after."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
@@ -207,7 +207,7 @@ class Supervisor:
         return self.returncode
 
     def wait_exit(self, timeout: float) -> int:
-        """Wait up to ``timeout`` s for the process to end; its exit code (AssertionError if not)."""
+        """Wait up to ``timeout`` s for the process to end; its exit code."""
         wait_until(self.exited, timeout, f"supervisor {self.pid} to exit")
         return self.reap()
 
@@ -216,7 +216,7 @@ class Supervisor:
         os.kill(self.pid, signum)
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        """SIGTERM, wait ≤ ``timeout`` s, then SIGKILL; always kill every leftover. The exit code."""
+        """SIGTERM, wait ≤ ``timeout`` s, then SIGKILL; always kill every leftover. Exit code."""
         if self.proc is None:
             return None
         if not self.exited():
