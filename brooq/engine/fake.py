@@ -92,6 +92,12 @@ class InMemoryStore:
         limits: Mapping[str, int] | None = None,
     ) -> Claimed | None:
         """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
+        return self._claim(holder, topics, lease, limits)
+
+    def _claim(
+        self, holder: str, topics: Sequence[str], lease: timedelta,
+        limits: Mapping[str, int] | None = None, skip: str | None = None,
+    ) -> Claimed | None:
         with self._lock:
             now = self.now()
             limits = limits or {}
@@ -99,6 +105,7 @@ class InMemoryStore:
             ready = [
                 r for r in self.rows.values()
                 if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
+                and r.id != skip
                 and (r.topic not in limits or running[r.topic] < limits[r.topic])
             ]
             if not ready:
@@ -116,10 +123,15 @@ class InMemoryStore:
     def settle_and_claim(
         self, ticket: Ticket, outcome: Outcome, topics: Sequence[str], lease: timedelta,
     ) -> tuple[bool, Claimed | None]:
-        """settle, then claim, atomically."""
+        """Settle, then claim, atomically.
+
+        Like PostgreSQL's single statement, the claim never takes back the row
+        just settled: it was still processing in the statement's snapshot.
+        """
         with self._lock:
             written = self.settle(ticket, outcome)
-            return written, self.claim(ticket.holder, topics, lease)
+            skip = ticket.job_id if written else None
+            return written, self._claim(ticket.holder, topics, lease, skip=skip)
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """The latest available_at among rows keyed by ``schedule``."""

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from types import FrameType
@@ -65,6 +66,8 @@ class InterruptScope:
         """Arm interrupts (and the timeout alarm) for the body of the block."""
         self.install()
         self.fired = None
+        started = time.monotonic()
+        previous = signal.getitimer(signal.ITIMER_REAL)[0] if self._installed else 0.0
         if self._installed and timeout is not None and timeout > timedelta(0):
             signal.setitimer(signal.ITIMER_REAL, timeout.total_seconds())
         self._armed = True
@@ -74,7 +77,9 @@ class InterruptScope:
             self._armed = False
             self._task = None
             if self._installed:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                # Give back a timer someone else had running (a test timeout, say).
+                left = previous - (time.monotonic() - started) if previous else 0.0
+                signal.setitimer(signal.ITIMER_REAL, max(left, 0.001) if previous else 0)
 
     def watch_task(self, task: asyncio.Task[object]) -> None:
         """Cancel ``task`` rather than raising, when an interrupt arrives while it runs."""

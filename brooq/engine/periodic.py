@@ -7,6 +7,7 @@ passed in, so tests drive a simulated clock.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +18,7 @@ from cronsim import CronSim, CronSimError
 from brooq.vocabulary import Enqueued, InvalidJob, Job, Schedule
 
 MAX_CATCH_UP = 100
+CATCH_UP_MARGIN = timedelta(days=1)
 
 
 def check_schedule(schedule: Schedule) -> None:
@@ -38,25 +40,57 @@ def check_schedule(schedule: Schedule) -> None:
         ) from None
 
 
+def _local(moment: datetime, zone: ZoneInfo) -> datetime:
+    # Arithmetic on aware datetimes is wall-clock arithmetic; do it in UTC, then convert,
+    # so that a second after 02:59:59 CEST is 02:00:00 CET, not 03:00:00 CET.
+    return moment.astimezone(UTC).astimezone(zone)
+
+
 def latest_run(schedule: Schedule, now: datetime) -> datetime | None:
-    """The latest run time at or before ``now``, in UTC."""
-    local = now.astimezone(ZoneInfo(schedule.tz)).replace(microsecond=0) + timedelta(seconds=1)
-    try:
-        return next(CronSim(schedule.cron, local, reverse=True)).astimezone(UTC)
-    except StopIteration:
+    """The latest run time at or before ``now``, in UTC (None if the cron never matched)."""
+    zone = ZoneInfo(schedule.tz)
+    start = _local(now.astimezone(UTC).replace(microsecond=0) + timedelta(seconds=1), zone)
+    for found in CronSim(schedule.cron, start, reverse=True):
+        if found <= now:
+            break
+    else:
         return None
+    # cronsim's reverse iteration can miss the runs of the hour repeated when the clocks
+    # go back (it lands an hour or a day early). Forward iteration, which runs_between
+    # uses, does not: walk forward from there to the last run at or before ``now``, so
+    # that both agree on every run.
+    latest = found.astimezone(UTC)
+    for run in CronSim(schedule.cron, found):
+        if run > now:
+            break
+        latest = run.astimezone(UTC)
+    return latest
 
 
 def runs_between(schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
-    """Run times in ``(after, until]``, in UTC, at most MAX_CATCH_UP (the latest ones)."""
-    runs: list[datetime] = []
-    for run in CronSim(schedule.cron, after.astimezone(ZoneInfo(schedule.tz))):
+    """Run times in ``(after, until]``, in UTC, at most MAX_CATCH_UP (the latest ones).
+
+    The cost is bounded by MAX_CATCH_UP, not by how long ago ``after`` is: the
+    forward walk starts a little before the MAX_CATCH_UP-th latest run.
+    """
+    zone = ZoneInfo(schedule.tz)
+    start = after
+    back = _local(until.astimezone(UTC).replace(microsecond=0) + timedelta(seconds=1), zone)
+    for n, found in enumerate(CronSim(schedule.cron, back, reverse=True), start=1):
+        if found <= after:
+            break
+        if n > MAX_CATCH_UP + 2:
+            # Two runs and a day of margin for the repeated hour of a DST change,
+            # where reverse iteration is unreliable (see latest_run).
+            start = max(after, found - CATCH_UP_MARGIN)
+            break
+    runs: deque[datetime] = deque(maxlen=MAX_CATCH_UP)
+    for run in CronSim(schedule.cron, _local(start, zone)):
         if run > until:
             break
-        runs.append(run.astimezone(UTC))
-        if len(runs) > MAX_CATCH_UP:
-            runs.pop(0)
-    return runs
+        if run > after:
+            runs.append(run.astimezone(UTC))
+    return list(runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,18 +116,24 @@ class PeriodicScheduler:
         self._seen: dict[str, datetime] = {}
 
     def due(self, schedule: Schedule, now: datetime) -> list[datetime]:
-        """Run times of ``schedule`` to enqueue now (updates what this scheduler has seen)."""
+        """Run times of ``schedule`` to enqueue at ``now``.
+
+        Pure: what this scheduler has seen moves only once the runs are
+        enqueued (see run_once), so a failed enqueue is retried next time.
+        """
+        return self._due(schedule, now)[0]
+
+    def _due(self, schedule: Schedule, now: datetime) -> tuple[list[datetime], datetime | None]:
         latest = latest_run(schedule, now)
         if latest is None:
-            return []
+            return [], None
         seen = self._seen.get(schedule.name)
-        self._seen[schedule.name] = latest
         if seen is not None:
             if latest <= seen:
-                return []
+                return [], None
             runs = runs_between(schedule, seen, now)
-            return runs if schedule.missed == "all" else runs[-1:]
-        return self._first(schedule, latest, now)
+            return (runs if schedule.missed == "all" else runs[-1:]), latest
+        return self._first(schedule, latest, now), latest
 
     def _first(self, schedule: Schedule, latest: datetime, now: datetime) -> list[datetime]:
         if schedule.missed == "skip":
@@ -105,14 +145,20 @@ class PeriodicScheduler:
         return [latest]
 
     def run_once(self, now: datetime | None = None) -> list[Enqueue]:
-        """Enqueue every due run of every schedule."""
+        """Enqueue every due run of every schedule; what was enqueued.
+
+        An exception from ``enqueue`` (the database is down) propagates; the
+        runs of that schedule and of the ones after it stay due.
+        """
         now = now or datetime.now(UTC)
         done: list[Enqueue] = []
         for schedule in self.schedules:
-            runs = self.due(schedule, now)
+            runs, latest = self._due(schedule, now)
             if runs:
                 results = self.enqueue([schedule.job_for(run) for run in runs])
                 done += [Enqueue(schedule, r, e) for r, e in zip(runs, results, strict=True)]
+            if latest is not None:
+                self._seen[schedule.name] = latest  # only forward: _due returns newer ones
         return done
 
     def next_runs(self, now: datetime | None = None) -> list[tuple[Schedule, datetime]]:

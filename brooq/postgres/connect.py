@@ -25,10 +25,17 @@ def redact(text: str) -> str:
 
 def unavailable(exc: BaseException, conninfo: str | None = None) -> StoreUnavailable:
     """A StoreUnavailable for ``exc`` whose message can never carry the password."""
+    if isinstance(exc, psycopg.ProgrammingError) and "connection info" in str(exc):
+        # libpq quotes the part of the DSN it could not parse: it may be the password.
+        return StoreUnavailable("database unavailable: the connection string is malformed "
+                                "(value hidden); check DATABASE_URL")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     message = redact(first)
     if conninfo:
-        pw = psycopg.conninfo.conninfo_to_dict(conninfo).get("password")
+        try:
+            pw = psycopg.conninfo.conninfo_to_dict(conninfo).get("password")
+        except psycopg.Error:
+            pw = None
         if pw:
             message = message.replace(str(pw), "***")
     return StoreUnavailable(f"database unavailable: {message}")
@@ -69,13 +76,23 @@ class Connector:
                 with self._pool.connection() as conn:
                     yield conn
             elif self._given is not None:
-                yield self._given
+                yield from self._in_transaction(self._given)
             else:
                 with self._lock:
                     yield self._owned()
         except psycopg.OperationalError as exc:
             self._drop_broken()
             raise unavailable(exc, self._conninfo) from exc
+
+    @staticmethod
+    def _in_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+        # A given connection that is not autocommit would otherwise leave an
+        # implicit transaction open after our statement, never committed.
+        if conn.autocommit:
+            yield conn
+        else:
+            with conn.transaction():
+                yield conn
 
     def _owned(self) -> psycopg.Connection[Any]:
         if self._own is not None and self._own_pid != os.getpid():

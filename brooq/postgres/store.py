@@ -11,7 +11,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from brooq.engine.outcome import Outcome, SettleKind
+from brooq.engine.outcome import LAST_ERROR_MAX_CHARS, Outcome, SettleKind
 from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
 from brooq.postgres.connect import Connector
 from brooq.postgres.sql import sql
@@ -95,6 +95,13 @@ class PreparedBatch:
         return out
 
 
+def _conflict() -> EnqueueConflict:
+    return EnqueueConflict(
+        "an idempotency key of this enqueue was taken by a transaction that committed "
+        "after yours began (REPEATABLE READ or SERIALIZABLE); retry your whole transaction"
+    )
+
+
 def enqueue_on(
     conn: psycopg.Connection[Any], jobs: Sequence[Job], *, notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -107,7 +114,10 @@ def enqueue_on(
     if not jobs:
         return []
     batch = PreparedBatch(jobs, max_payload_bytes)
-    inserted = {str(r[0]) for r in conn.execute(batch.statement(), batch.params(notify))}
+    try:
+        inserted = {str(r[0]) for r in conn.execute(batch.statement(), batch.params(notify))}
+    except psycopg.errors.SerializationFailure as exc:
+        raise _conflict() from exc
     existing: list[Row] = []
     if len(inserted) < len(batch.jobs):
         existing = conn.execute(sql("existing_keys"), batch.missing_keys(inserted)).fetchall()
@@ -122,7 +132,10 @@ async def enqueue_on_async(
     if not jobs:
         return []
     batch = PreparedBatch(jobs, max_payload_bytes)
-    cur = await aconn.execute(batch.statement(), batch.params(notify))
+    try:
+        cur = await aconn.execute(batch.statement(), batch.params(notify))
+    except psycopg.errors.SerializationFailure as exc:
+        raise _conflict() from exc
     inserted = {str(r[0]) for r in await cur.fetchall()}
     existing: list[Row] = []
     if len(inserted) < len(batch.jobs):
@@ -336,6 +349,8 @@ class PostgresStore:
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
         key = self._key(job_id)
+        if reason is not None:
+            reason = reason.replace("\x00", "\\0")[:LAST_ERROR_MAX_CHARS]
         with self.connector.connection() as conn:
             if conn.execute(sql("cancel"), {"id": key, "reason": reason}).fetchone():
                 return True

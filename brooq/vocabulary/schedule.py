@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from brooq.vocabulary.errors import InvalidJob
 from brooq.vocabulary.job import Job
+from brooq.vocabulary.payload import encode_payload
 from brooq.vocabulary.topic import Topic
 
 MissedRuns = Literal["latest", "all", "skip"]
@@ -36,10 +37,21 @@ class Schedule:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_topic", Topic(self.topic))
+        for attr in ("cron", "tz", "name"):
+            value = getattr(self, attr)
+            if not isinstance(value, str):
+                raise InvalidJob(f"{attr} must be a string, not {type(value).__name__}")
         if not self.name:
             object.__setattr__(self, "name", f"{self.topic}@{self.cron}")
         if self.missed not in MISSED_RUNS:
             raise InvalidJob(f"missed must be one of {', '.join(MISSED_RUNS)}, not {self.missed!r}")
+        # Whatever makes a run's job invalid (priority, payload, a name too long for
+        # the key) fails here, at registration, not in the supervisor at every run.
+        try:
+            encode_payload(self.payload)
+            self.job_for(datetime(2000, 1, 1, tzinfo=UTC))
+        except InvalidJob as exc:
+            raise InvalidJob(f"schedule {self.name!r}: {exc}") from None
 
     @property
     def key_prefix(self) -> str:

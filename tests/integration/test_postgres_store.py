@@ -568,7 +568,8 @@ def test_retention_ttl_zero_is_refused(
 
 def _backends(pg: psycopg.Connection[Any]) -> int:
     return int(_one(pg, "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"))
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND backend_type = 'client backend'"))
 
 
 def _wait_backends(pg: psycopg.Connection[Any], expected: int) -> int:
@@ -854,7 +855,8 @@ def test_a_broken_connection_raises_store_unavailable_then_reconnects(
 ) -> None:
     (job,) = pg_store.enqueue_many([Job("work")])
     pg.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-               "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+               "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+               "AND backend_type = 'client backend'")
     assert _wait_backends(pg, 0) == 0
     with pytest.raises(brooq.StoreUnavailable, match="database unavailable"):
         pg_store.claim("w1", ["work"], LEASE)

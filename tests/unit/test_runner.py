@@ -448,8 +448,10 @@ def test_timeout_on_the_last_attempt_is_dead(rig: Rig) -> None:
 def test_timeout_alarm_is_disarmed_after_a_quick_attempt(rig: Rig) -> None:
     rig.kind("quick", lambda claim: None, attempt_timeout="100ms")
     rig.enqueue("quick")
+    before = signal.getitimer(signal.ITIMER_REAL)[0]  # pytest-timeout's own alarm, if any
     assert rig.run().outcome.kind is SettleKind.DONE
-    assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    after = signal.getitimer(signal.ITIMER_REAL)[0]
+    assert after == 0 if before == 0 else 0 < after <= before  # given back, not ours
     time.sleep(0.2)  # past the timeout: no alarm may fire into the test
     assert rig.runner.interrupts.fired is None
 
