@@ -67,6 +67,11 @@ def latest_run(schedule: Schedule, now: datetime) -> datetime | None:
     return latest
 
 
+def next_run(schedule: Schedule, now: datetime) -> datetime:
+    """The first run time strictly after ``now``, in UTC."""
+    return next(CronSim(schedule.cron, _local(now, ZoneInfo(schedule.tz)))).astimezone(UTC)
+
+
 def runs_between(schedule: Schedule, after: datetime, until: datetime) -> list[datetime]:
     """Run times in ``(after, until]``, in UTC, at most MAX_CATCH_UP (the latest ones).
 
@@ -164,8 +169,4 @@ class PeriodicScheduler:
     def next_runs(self, now: datetime | None = None) -> list[tuple[Schedule, datetime]]:
         """Each schedule with its next run time after ``now`` (for ``brooq status``)."""
         now = now or datetime.now(UTC)
-        out = []
-        for schedule in self.schedules:
-            local = now.astimezone(ZoneInfo(schedule.tz))
-            out.append((schedule, next(CronSim(schedule.cron, local)).astimezone(UTC)))
-        return out
+        return [(schedule, next_run(schedule, now)) for schedule in self.schedules]

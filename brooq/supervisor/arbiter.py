@@ -42,7 +42,7 @@ from brooq.supervisor import osproc, protocol
 from brooq.supervisor.child import ChildConfig, child_main
 from brooq.supervisor.systemd import Notifier
 from brooq.supervisor.workers import InFlight, SlotState, WorkerProcess
-from brooq.vocabulary import StoreUnavailable, format_duration
+from brooq.vocabulary import BrooqError, StoreUnavailable, format_duration
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -386,6 +386,8 @@ class Supervisor:
         reason = self.exit_reason(worker, status)
         if worker.job is not None:
             self.settle_orphan(worker, how)
+        if worker.booted and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 4)):
+            self.release_unreported(worker)
         if not worker.booted and worker.slot < len(self.slots) and not self.stopping:
             delay = self.slots[worker.slot].boot_failed(time.monotonic())
             event(log, "WorkerBootFailed", logging.ERROR, slot=worker.slot, pid=worker.pid,
@@ -428,11 +430,29 @@ class Supervisor:
         written = self.store_call(lambda: self.store.settle(job.ticket, outcome))
         if written is None:
             self.unwritten.append((job.ticket, outcome, time.monotonic()))
+        if written is False:
+            return  # no longer ours: the child settled it itself before its report arrived
         if written:
             self.metrics.settled.labels(topic=job.topic, outcome=outcome.label).inc()
         event(log, "JobDead" if outcome.label == "dead" else "JobFailed", logging.WARNING,
               job_id=job.ticket.job_id, topic=job.topic, attempt=job.ticket.attempt,
               outcome=outcome.label, error=outcome.error)
+
+    def release_unreported(self, worker: WorkerProcess) -> None:
+        """Give back, uncharged, rows a dead child claimed but never reported.
+
+        A child reports a claim before its handler starts, so a row it still
+        holds that the parent never heard of (it died between a claim's commit,
+        say the next job of a settle-and-claim, and its report) never ran.
+        """
+        known = worker.job.ticket.job_id if worker.job else None
+        rows = self.store_call(self.store.running) or []
+        tickets = [Ticket(str(r["id"]), worker.holder, r["attempts"]) for r in rows
+                   if r["locked_by"] == worker.holder and str(r["id"]) != known]
+        released = self.store_call(lambda: self.store.release(tickets)) if tickets else None
+        for job_id in sorted(released or ()):
+            event(log, "JobReleased", job_id=job_id, pid=worker.pid,
+                  note="claimed by a worker that died before reporting it")
 
     def crash_text(self, kill: str, how: str, job: InFlight) -> str:
         """last_error for an attempt whose process died."""
@@ -510,11 +530,23 @@ class Supervisor:
                    self.store_call(lambda: self.retention.tick(now)))
         self.metrics.workers.set(len(self.workers))
         if self.scheduler.schedules and self.schedule_check.due(now):
-            for run in self.store_call(self.scheduler.run_once) or []:
-                if run.result.created:
-                    self.metrics.periodic.labels(schedule=run.schedule.name).inc()
-                    event(log, "PeriodicEnqueued", schedule=run.schedule.name,
-                          run=run.run.isoformat(), job_id=run.result.id)
+            self.enqueue_periodic()
+
+    def enqueue_periodic(self) -> None:
+        """Enqueue the due runs of the app's schedules (each exactly once, across supervisors)."""
+        try:
+            runs = self.store_call(self.scheduler.run_once) or []
+        except BrooqError as exc:  # a bad schedule must not stop the supervisor
+            event(log, "PeriodicFailed", logging.ERROR, error=str(exc))
+            return
+        for run in runs:
+            fields = {"schedule": run.schedule.name, "run": run.run.isoformat(),
+                      "job_id": run.result.id}
+            if run.result.created:
+                self.metrics.periodic.labels(schedule=run.schedule.name).inc()
+                event(log, "PeriodicEnqueued", **fields)
+            else:
+                event(log, "PeriodicAlreadyEnqueued", logging.DEBUG, **fields)
         pending, self.unwritten = self.unwritten, []
         for ticket, outcome, since in pending:
             if now - since > self.config.lease.total_seconds():

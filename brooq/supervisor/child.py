@@ -108,8 +108,9 @@ class Child:
 
     def _want_next(self) -> bool:
         # Claim the next job with this settle only if this process will run it.
-        max_jobs = self.config.max_jobs
-        return not self.stopping and not (max_jobs and self.jobs + 1 >= max_jobs)
+        max_jobs, max_memory = self.config.max_jobs, self.config.max_memory
+        return not self.stopping and not (max_jobs and self.jobs + 1 >= max_jobs) \
+            and not (max_memory and osproc.rss_bytes() > max_memory)
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True  # finish the running job, then leave
@@ -146,7 +147,7 @@ class Child:
             if worked:
                 self.jobs += 1
                 reason = self._recycle_reason()
-                if reason:
+                if reason and not self.runner.has_prefetched:  # run a claimed job first
                     protocol.send(self.fd, protocol.Recycling(reason))
                     return EXIT_RECYCLE
         return EXIT_OK
