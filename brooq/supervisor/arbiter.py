@@ -531,6 +531,16 @@ class Supervisor:
         self.metrics.workers.set(len(self.workers))
         if self.scheduler.schedules and self.schedule_check.due(now):
             self.enqueue_periodic()
+        self.retry_unwritten(now)
+
+    def retry_unwritten(self, now: float) -> None:
+        """Write the outcomes of dead children that an outage kept from being written."""
+        pending, self.unwritten = self.unwritten, []
+        for ticket, outcome, since in pending:
+            if now - since > self.config.lease.total_seconds():
+                continue  # the reaper has returned the job by now; nothing to write
+            if self.store_call(lambda t=ticket, o=outcome: self.store.settle(t, o)) is None:
+                self.unwritten.append((ticket, outcome, since))
 
     def enqueue_periodic(self) -> None:
         """Enqueue the due runs of the app's schedules (each exactly once, across supervisors)."""
@@ -547,12 +557,6 @@ class Supervisor:
                 event(log, "PeriodicEnqueued", **fields)
             else:
                 event(log, "PeriodicAlreadyEnqueued", logging.DEBUG, **fields)
-        pending, self.unwritten = self.unwritten, []
-        for ticket, outcome, since in pending:
-            if now - since > self.config.lease.total_seconds():
-                continue  # the reaper has returned the job by now; nothing to write
-            if self.store_call(lambda t=ticket, o=outcome: self.store.settle(t, o)) is None:
-                self.unwritten.append((ticket, outcome, since))
 
     @staticmethod
     def count(counter: Any, counts: list[TopicCount] | None) -> None:
