@@ -319,6 +319,8 @@ class Supervisor:
         """Seconds until the next thing that must happen, at most MAX_TICK_S."""
         now = time.monotonic()
         deadlines = [self.heartbeats.next_at]
+        if self.notifier.next_pet_at is not None:
+            deadlines.append(self.notifier.next_pet_at)
         deadlines += [d for w in self.workers.values() if w.job and (d := w.job.next_deadline())]
         return max(0.0, min([MAX_TICK_S] + [d - now for d in deadlines]))
 

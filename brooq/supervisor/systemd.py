@@ -24,6 +24,13 @@ class Notifier:
         self.ready_sent = False
 
     @property
+    def next_pet_at(self) -> float | None:
+        """When the next WATCHDOG=1 is due (monotonic), or None without a watchdog."""
+        if self.watchdog_every_s is None:
+            return None
+        return self._last_pet + self.watchdog_every_s
+
+    @property
     def enabled(self) -> bool:
         """True when running under a notify-type unit."""
         return bool(self.address)
