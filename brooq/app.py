@@ -24,6 +24,11 @@ def load_app(spec: str) -> Queue:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise AppLoadError(
+            f"--app {spec!r}: no module named {exc.name!r} (run from your project's folder "
+            "or set PYTHONPATH)"
+        ) from None
     except Exception as exc:
         where = traceback.extract_tb(exc.__traceback__)[-1]
         raise AppLoadError(

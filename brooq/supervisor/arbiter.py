@@ -493,6 +493,10 @@ class Supervisor:
         kept = self.store_call(lambda: self.store.heartbeat(tickets, self.config.lease))
         if kept is None:
             return
+        # A row missing from `kept` is often one the child settled during the
+        # statement: apply the FinishedJob it sent meanwhile, or the interrupt
+        # would hit the child's next job (a spurious LeaseLost).
+        self.read_reports()
         for job_id, worker in held.items():
             if job_id not in kept and worker.job and worker.job.ticket.job_id == job_id:
                 self.lease_lost[worker.job.topic] += 1

@@ -21,7 +21,12 @@ from typing import Any, TypeVar
 
 import psycopg
 
+import brooq
+
 APPS = Path(__file__).resolve().parent / "apps"
+# The supervisor runs the same brooq as the tests (this checkout), not another install.
+BROOQ_ROOT = Path(brooq.__file__).resolve().parents[1]
+PYTHONPATH = os.pathsep.join([str(APPS), str(BROOQ_ROOT)])
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 T = TypeVar("T")
 
@@ -163,7 +168,7 @@ class Supervisor:
         env = {k: v for k, v in os.environ.items()
                if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
         env.update({
-            "DATABASE_URL": self.dsn, "PYTHONPATH": str(APPS), "LOG_FORMAT": "json",
+            "DATABASE_URL": self.dsn, "PYTHONPATH": PYTHONPATH, "LOG_FORMAT": "json",
             "LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1",
             "HTTP_ADDR": f"127.0.0.1:{free_port()}",
         })
@@ -314,6 +319,6 @@ def run_cli(dsn: str, workdir: Path, *args: str, timeout: float = 30.0,
     """Run ``python -m brooq.cli ARGS`` with the test database; its completed process."""
     env = {k: v for k, v in os.environ.items()
            if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
-    env.update({"DATABASE_URL": dsn, "PYTHONPATH": str(APPS)})
+    env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH})
     return subprocess.run([sys.executable, "-m", "brooq.cli", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)
