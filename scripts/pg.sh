@@ -12,6 +12,11 @@ set -euo pipefail
 PGPORT="${BROOQ_PGPORT:-55433}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DIR="${BROOQ_PGDIR:-$ROOT/.pgdata}"
+if [ -z "${BROOQ_PGDIR:-}" ] && [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$ROOT" 2>/dev/null; then
+    # The checkout is not reachable by the postgres user (e.g. under a 0700 home):
+    # keep the cluster in /tmp, under a name derived from the checkout's path.
+    DIR="/tmp/brooq-pgdata-$(printf '%s' "$ROOT" | md5sum | cut -c1-12)"
+fi
 DATA="$DIR/data"
 LOG="$DIR/postgres.log"
 USER_NAME=brooq
