@@ -37,7 +37,7 @@ test: dev
 
 ## lint: ruff and mypy --strict
 lint: dev
-	$(VENV)/bin/ruff check brooq tests
+	$(VENV)/bin/ruff check brooq tests benchmarks
 	$(VENV)/bin/mypy --strict brooq
 
 ## demo: local database, migrations, a few hundred demo jobs through real workers, a table of outcomes
@@ -45,6 +45,13 @@ demo: dev
 	@scripts/pg.sh up
 	@DATABASE_URL=$(LOCAL_DATABASE_URL) $(BROOQ) migrate up >/dev/null
 	DATABASE_URL=$(LOCAL_DATABASE_URL) $(PY) -m brooq.demo
+
+## bench: the benchmark suite, 3 interleaved rounds, ~20 min (benchmarks/README.md).
+##   QUICK=1: tiny sizes, 1 round, proves it runs; PEERS=pgqueuer: peer queues too
+##   (installed into benchmarks/.peers/); BENCH_ARGS: more flags (--only drain --profile DIR)
+bench: dev
+	@if [ -z "$$BENCH_DATABASE_URL" ]; then scripts/pg.sh up; fi
+	$(PY) -m benchmarks $(if $(QUICK),--quick) $(if $(PEERS),--peers $(PEERS)) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis build dist *.egg-info

@@ -136,7 +136,8 @@ def ensure_prometheus_tool(name: str) -> str:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
         subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600,
                        capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "prometheus"], check=True, env=env,
+        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                        "prometheus"], check=True, env=env,
                        timeout=900, capture_output=True)
         _installed["prometheus"] = True
     found = shutil.which(name) or f"/usr/bin/{name}"
