@@ -48,7 +48,7 @@ fi
 
 as_owner() {
     if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- "$@"
+        (cd / && runuser -u postgres -- "$@")  # cwd may be unreadable for postgres
     else
         "$@"
     fi
