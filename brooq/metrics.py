@@ -11,6 +11,7 @@ its successor continues.
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -40,7 +41,8 @@ def create_directory() -> str:
     Must run before prometheus_client creates any metric (the app is imported
     after it).
     """
-    path = tempfile.mkdtemp(prefix="brooq-metrics-")
+    remove_stale_directories()
+    path = tempfile.mkdtemp(prefix=f"brooq-metrics-{os.getpid()}-")
     os.chmod(path, 0o700)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     set_identity("supervisor")
@@ -48,6 +50,24 @@ def create_directory() -> str:
 
     values.ValueClass = values.MultiProcessValue(process_identifier)  # type: ignore[no-untyped-call]
     return path
+
+
+def remove_stale_directories() -> None:
+    """Remove the directories of supervisors that died without cleaning up (kill -9)."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "brooq-metrics-*-*")):
+        pid = os.path.basename(path).split("-")[2]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove_directory(path: str) -> None:

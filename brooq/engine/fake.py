@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from brooq.engine.outcome import Outcome, SettleKind
+from brooq.engine.outcome import LAST_ERROR_MAX_CHARS, Outcome, SettleKind
 from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
@@ -204,10 +204,10 @@ class InMemoryStore:
         """Return held rows to pending and give back their attempt."""
         with self._lock:
             released = set()
+            now = self.now()  # one statement in PostgreSQL: one now() for every row
             for ticket in tickets:
                 row = self._held(ticket)
                 if row is not None:
-                    now = self.now()
                     self.rows[row.id] = replace(
                         row, state=State.PENDING, attempts=max(row.attempts - 1, 0),
                         locked_by=None, locked_until=None, available_at=now, updated_at=now,
@@ -253,9 +253,11 @@ class InMemoryStore:
             row = self.get(job_id)
             if row.state in TERMINAL_STATES:
                 return False
+            if reason is not None:  # as PostgreSQL stores it: '' is a reason too
+                reason = "canceled: " + reason.replace("\x00", "\\0")[:LAST_ERROR_MAX_CHARS]
             self.rows[row.id] = replace(
                 row, state=State.CANCELED, updated_at=self.now(),
-                last_error=f"canceled: {reason}" if reason else row.last_error,
+                last_error=reason if reason is not None else row.last_error,
             )
             return True
 

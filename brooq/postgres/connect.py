@@ -41,10 +41,32 @@ def unavailable(exc: BaseException, conninfo: str | None = None) -> StoreUnavail
     return StoreUnavailable(f"database unavailable: {message}")
 
 
+# A silent network (packets dropped, not refused) must not hang a worker or the
+# supervisor's loop for the kernel's 15 minutes: bound connect and unacked sends,
+# and probe idle connections. A DSN that sets any of these keeps its own value.
+RESILIENCE = {
+    "connect_timeout": "10",
+    "tcp_user_timeout": "30000",
+    "keepalives": "1",
+    "keepalives_idle": "15",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
+
+
+def resilient(conninfo: str) -> dict[str, Any]:
+    """The connection parameters brooq adds unless the DSN already sets them."""
+    try:
+        given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        return {}
+    return {k: v for k, v in RESILIENCE.items() if k not in given}
+
+
 def connect(conninfo: str, **kwargs: Any) -> psycopg.Connection[Any]:
     """Open one autocommit connection; StoreUnavailable (password-free) when it fails."""
     try:
-        return psycopg.connect(conninfo, autocommit=True, **kwargs)
+        return psycopg.connect(conninfo, autocommit=True, **{**resilient(conninfo), **kwargs})
     except psycopg.Error as exc:
         raise unavailable(exc, conninfo) from None
 
