@@ -177,27 +177,37 @@ _CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     """Depth, lag, running jobs and recent deaths; once, or redrawn every ``--watch`` s."""
+    queue = None
+    if args.app:
+        from brooq.app import load_app
+
+        queue = load_app(args.app)
     store = _store(settings)
     try:
         if args.watch is None:
-            _show_status(_status_snapshot(store), args.json)
+            _show_status(_status_snapshot(store, queue), args.json)
             return 0
-        return _watch_status(store, args.watch, args.json)
+        return _watch_status(store, args.watch, args.json, queue)
     finally:
         store.close()
 
 
-def _status_snapshot(store: Any) -> dict[str, Any]:
+def _status_snapshot(store: Any, queue: Any = None) -> dict[str, Any]:
     """Every section of ``brooq status`` as JSON-friendly values."""
     running = [{**row, "id": str(row["id"]), "lease_left_s": _seconds(row["lease_left_s"])}
                for row in store.running()]
     dead = [{**row, "id": str(row["id"]), "updated_at": row["updated_at"].isoformat()}
             for row in store.recent_dead(timedelta(hours=1))]
-    return {
+    snapshot = {
         "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "depth": store.depth(), "oldest_ready_s": store.oldest_ready(),
         "running": running, "dead_last_hour": dead,
     }
+    if queue is not None:
+        from brooq.schedules_view import schedules_table
+
+        snapshot["schedules"] = schedules_table(queue)
+    return snapshot
 
 
 def _seconds(value: Any) -> float | None:
@@ -222,14 +232,14 @@ def _watch_seconds(text: str) -> float:
     return seconds
 
 
-def _watch_status(store: Any, interval: float, as_json: bool) -> int:
+def _watch_status(store: Any, interval: float, as_json: bool, queue: Any = None) -> int:
     """Redraw until SIGINT (exit 0); a database outage is shown, not fatal."""
     import time
 
     try:
         while True:
             try:
-                snapshot: dict[str, Any] | None = _status_snapshot(store)
+                snapshot: dict[str, Any] | None = _status_snapshot(store, queue)
                 error = None
             except BrooqError as exc:
                 snapshot, error = None, str(exc)
@@ -257,6 +267,10 @@ def _render_status(snapshot: dict[str, Any]) -> str:
               _render_depth(snapshot["depth"], snapshot["oldest_ready_s"]),
               _render_running(snapshot["running"]),
               _render_dead(snapshot["dead_last_hour"])]
+    if "schedules" in snapshot:
+        from brooq.schedules_view import render_schedules
+
+        blocks.append(render_schedules(snapshot["schedules"]))
     return "\n\n".join(blocks)
 
 
@@ -447,6 +461,8 @@ def _add_jobs(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object (a line per refresh)")
     p.add_argument("--watch", nargs="?", const=2.0, type=_watch_seconds, metavar="SECONDS",
                    help="redraw every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--app", metavar="MODULE:QUEUE",
+                   help="also list the app's periodic schedules and their next run")
     p.set_defaults(func=cmd_status)
     p = sub.add_parser("config", help="print the effective configuration")
     p.add_argument("action", choices=["show"])

@@ -172,3 +172,27 @@ def test_watch_json_prints_one_object_per_refresh(pg: psycopg.Connection[Any], d
     objects = [json.loads(line) for line in out.splitlines() if line.strip()]
     assert len(objects) >= 3 and CLEAR not in out
     assert all(len(o["running"]) == 1 for o in objects)
+
+
+def test_status_with_the_app_lists_its_schedules_and_next_runs(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    dsn: str, pg: psycopg.Connection[Any],
+) -> None:
+    (tmp_path / "schedapp.py").write_text(
+        "import os, brooq\n"
+        "queue = brooq.Queue(os.environ['DATABASE_URL'])\n"
+        "@queue.kind('report.build')\n"
+        "def build(claim): pass\n"
+        "queue.periodic('*/5 * * * *', topic='report.build')\n"
+        "queue.periodic('0 3 * * *', topic='report.build', name='nightly', tz='Europe/Berlin')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = run_status(monkeypatch, capsys, tmp_path, dsn, "--app", "schedapp:queue")
+    assert "schedules:" in text and "nightly" in text and "Europe/Berlin" in text
+    data = json.loads(run_status(monkeypatch, capsys, tmp_path, dsn, "--app", "schedapp:queue",
+                                 "--json"))
+    names = [row["name"] for row in data["schedules"]]
+    assert names == ["report.build@*/5 * * * *", "nightly"]
+    nightly = data["schedules"][1]
+    assert nightly["next_run_local"].endswith(("+01:00", "+02:00"))
+    assert nightly["next_run_local"][11:16] == "03:00"
