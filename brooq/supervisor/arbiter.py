@@ -51,6 +51,7 @@ HANDLED_SIGNALS = (
     signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
 )
 MAX_TICK_S = 1.0
+REPORT_TICK_S = 0.2  # a child's pipe holds ~1,000 reports: read them well before it fills
 
 
 @dataclass(frozen=True)
@@ -297,8 +298,14 @@ class Supervisor:
     # --- waiting ------------------------------------------------------------------------
 
     def wait(self) -> None:
-        """Sleep until a signal, a child report, a cancel NOTIFY, or the next deadline."""
-        fds = [self.wake_r] + [w.reader.fd for w in self.workers.values() if not w.pipe_closed]
+        """Sleep until a signal, a cancel NOTIFY, a request, or the next deadline.
+
+        The children's report pipes do not wake the loop: at thousands of jobs
+        a second that would cost the parent a tick per message. They are read
+        every REPORT_TICK_S, and at once before anything that needs them
+        (heartbeat, cancel, a child's exit).
+        """
+        fds = [self.wake_r]
         cancel_fd = self.cancels.fileno() if not self.stopping else None
         if cancel_fd is not None:
             fds.append(cancel_fd)
@@ -322,7 +329,8 @@ class Supervisor:
         if self.notifier.next_pet_at is not None:
             deadlines.append(self.notifier.next_pet_at)
         deadlines += [d for w in self.workers.values() if w.job and (d := w.job.next_deadline())]
-        return max(0.0, min([MAX_TICK_S] + [d - now for d in deadlines]))
+        cap = REPORT_TICK_S if self.workers else MAX_TICK_S
+        return max(0.0, min([cap] + [d - now for d in deadlines]))
 
     # --- steps -----------------------------------------------------------------------------
 
@@ -476,6 +484,8 @@ class Supervisor:
     def read_cancels(self) -> None:
         """Interrupt children running jobs that were just canceled."""
         canceled = self.cancels.drain()
+        if canceled:
+            self.read_reports()
         for worker in self.workers.values():
             job = worker.job
             if job and job.ticket.job_id in canceled and job.interrupted is None:
@@ -485,6 +495,7 @@ class Supervisor:
         """One statement extends every lease; a lease not extended is lost."""
         if not self.heartbeats.due(time.monotonic()):
             return
+        self.read_reports()
         held = {w.job.ticket.job_id: w for w in self.workers.values()
                 if w.job and w.job.interrupted is None}
         if not held:
