@@ -84,6 +84,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     """Apply, roll back or list the schema migrations."""
     from brooq.postgres import migrations
 
+    logging.getLogger("yoyo").setLevel(logging.WARNING)  # we print what was applied ourselves
     dsn = _dsn(settings)
     if args.action == "up":
         applied = migrations.up(dsn)
