@@ -1,0 +1,1 @@
+"""brooq's benchmark suite: ``python -m benchmarks`` (``make bench``); see README.md."""

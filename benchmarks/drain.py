@@ -1,0 +1,141 @@
+"""Drain throughput: a real ``brooq supervise`` at N workers against the raw floor at P = N.
+
+Method (steady state): start ``brooq supervise --app benchmarks.apps:queue
+--workers N --http-addr 127.0.0.1:0 --poll-interval 100ms`` on a fresh
+database, wait for its ``SupervisorReady`` log event (every child booted and
+idle on LISTEN), then insert 20,000 ready no-op jobs in one statement and
+NOTIFY in the same transaction. The clock starts when that transaction has
+committed and stops at the first 50 ms poll of ``SELECT count(*) FROM job
+WHERE state = 'done'`` that sees all 20,000. Nothing is subtracted. The raw
+workers (benchmarks/raw.py) are timed the same way from the moment they are
+released.
+
+At each N, the brooq run and the raw runs are adjacent and their order
+rotates from round to round, so a noisy minute hits both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+
+import psycopg
+
+from benchmarks import cpu, peers, profile, raw
+from benchmarks.cpu import CpuProbe, CpuUsage
+from benchmarks.harness import Context, SupervisorProcess, load_ready_jobs, wait_done
+
+GROUP = "drain (no-op jobs loaded into idle workers, timed until all done)"
+PRIORITY_GROUP = "claim with priorities (issue 8)"
+CPU_MODES = {"two": "raw floor P={p}", "fused": "raw fused P={p}"}
+
+
+@dataclass
+class Drained:
+    """What one brooq drain measured."""
+
+    seconds: float
+    cpu: CpuUsage
+    deadlocks: int
+
+
+def brooq_drain(ctx: Context, dsn: str, workers: int, jobs: int, *, mixed: bool = False,
+                profile_to: str | None = None, wal: bool = False) -> Drained:
+    """Time a real supervisor draining ``jobs`` loaded after it is ready."""
+    if wal:
+        cpu.enable_wal_timing(dsn)
+    sup = SupervisorProcess(dsn, "benchmarks.apps:queue", workers, ctx.sizes.poll_interval,
+                            ctx.workdir).start()
+    try:
+        sup.wait_ready()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            children = sup.children()
+            probe = CpuProbe(conn, sup.pid, children, wal=wal)
+            load_ready_jobs(conn, jobs, mixed_priorities=mixed)
+            started = probe.started = time.perf_counter()
+            spy = profile.start(ctx, profile_to, sup.pid, children) if profile_to else None
+            try:
+                seconds = wait_done(conn, jobs, started, alive=sup.alive)
+            finally:
+                if spy is not None:
+                    spy.stop(ctx, jobs)
+            usage = probe.finish()
+            sup.stop()
+            probe.read_wal(usage)
+        return Drained(seconds, usage, sup.log_count(b"deadlock detected"))
+    finally:
+        sup.stop()
+
+
+def _brooq(ctx: Context, round_no: int, n: int) -> None:
+    jobs = ctx.sizes.drain_jobs
+    biggest = n == ctx.sizes.max_workers
+    with ctx.server.fresh(f"drain{n}") as dsn:
+        result = brooq_drain(ctx, dsn, n, jobs, wal=biggest)
+    ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n}", result.deadlocks)
+    ctx.results.add(f"drain.brooq.N{n}", jobs / result.seconds, round_no=round_no, group=GROUP,
+                    label=f"brooq supervise --workers {n} ({jobs:,} jobs)", unit="jobs/s")
+    if biggest:
+        cpu.record(ctx, round_no, "brooq", f"brooq N={n}", result.cpu, jobs)
+
+
+def _raw(ctx: Context, round_no: int, p: int, mode: str) -> None:
+    jobs = ctx.sizes.drain_jobs
+    with ctx.server.fresh(f"raw{mode}{p}") as dsn:
+        result = raw.drain(dsn, mode, p, jobs, ctx.sizes.batch_claim,
+                           wal=mode in CPU_MODES and p == ctx.sizes.max_workers)
+    ctx.results.count_deadlocks(f"round {round_no + 1} raw {mode} P={p}", result.deadlocks)
+    ctx.results.add(f"drain.raw_{mode}.P{p}", jobs / result.seconds, round_no=round_no,
+                    group=GROUP, label=f"raw P={p}: {raw.MODES[mode]}", unit="jobs/s")
+    if mode in CPU_MODES and p == ctx.sizes.max_workers:
+        cpu.record(ctx, round_no, f"raw_{mode}", CPU_MODES[mode].format(p=p), result.cpu, jobs)
+
+
+def _priorities(ctx: Context, round_no: int, n: int) -> None:
+    jobs = ctx.sizes.drain_jobs
+    with ctx.server.fresh(f"prio{n}") as dsn:
+        result = brooq_drain(ctx, dsn, n, jobs, mixed=True)
+    ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n} mixed", result.deadlocks)
+    ctx.results.add(f"priority.mixed.N{n}", jobs / result.seconds, round_no=round_no,
+                    group=PRIORITY_GROUP,
+                    label=f"brooq --workers {n}, priorities 0..9 mixed", unit="jobs/s")
+
+
+def run_round(ctx: Context, round_no: int) -> None:
+    """One round: for each N, brooq and the raw variants adjacent, order rotated per round."""
+    want_brooq = (ctx.wants("drain") or ctx.wants("cpu") or ctx.wants("priorities")
+                  or bool(ctx.peers))
+    want_raw = ctx.wants("raw") or ctx.wants("cpu")
+    full = ctx.wants("drain") or ctx.wants("raw")
+    counts = ctx.sizes.drain_workers if full else (ctx.sizes.max_workers,)
+    for n in counts:
+        steps: list[tuple[str, Callable[[], None]]] = []
+        if want_brooq and (ctx.wants("drain") or n == ctx.sizes.max_workers):
+            steps.append((f"drain.brooq.N{n}", partial(_brooq, ctx, round_no, n)))
+        modes = ["two", "fused", "batch"] if ctx.wants("raw") else list(CPU_MODES)
+        if want_raw:
+            steps += [(f"drain.raw_{m}.P{n}", partial(_raw, ctx, round_no, n, m)) for m in modes]
+        if n == ctx.sizes.max_workers:
+            steps += [(f"peer.{name}.N{n}", partial(peers.run_peer, ctx, round_no, name, n))
+                      for name in ctx.peers]
+        if ctx.wants("priorities") and n == ctx.sizes.max_workers:
+            steps.append((f"priority.mixed.N{n}", partial(_priorities, ctx, round_no, n)))
+        shift = round_no % len(steps) if steps else 0
+        for where, step in steps[shift:] + steps[:shift]:
+            ctx.guarded(f"round {round_no + 1} {where}", step)
+
+
+def profile_run(ctx: Context) -> None:
+    """One more drain at the largest N under py-spy, after the rounds; not in the figures."""
+    n, jobs = ctx.sizes.max_workers, ctx.sizes.drain_jobs
+
+    def one() -> None:
+        with ctx.server.fresh(f"profile{n}") as dsn:
+            result = brooq_drain(ctx, dsn, n, jobs, profile_to="drain")
+        ctx.results.notes["profiled drain"] = (
+            f"{jobs / result.seconds:,.0f} jobs/s at N={n} while profiled (py-spy running; "
+            "not part of the figures)")
+
+    ctx.guarded("profile run", one)
