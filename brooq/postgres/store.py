@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -26,11 +28,12 @@ from brooq.vocabulary import (
     SettleHook,
     State,
     encode_payload,
-    new_job_id,
+    new_job_ids,
     parse_job_id,
 )
 
 Row = tuple[Any, ...]
+DEADLOCK_RETRIES = 5
 
 
 class PreparedBatch:
@@ -38,7 +41,7 @@ class PreparedBatch:
 
     def __init__(self, jobs: Sequence[Job], max_payload_bytes: int) -> None:
         self.jobs = list(jobs)
-        self.ids = [new_job_id() for _ in self.jobs]
+        self.ids = new_job_ids(len(self.jobs))
         self.payloads = [encode_payload(j.payload, max_bytes=max_payload_bytes) for j in self.jobs]
 
     def params_one(self, notify: bool) -> dict[str, Any]:
@@ -49,16 +52,16 @@ class PreparedBatch:
                 "priority": job.priority, "notify": notify}
 
     def params_many(self, notify: bool) -> dict[str, Any]:
-        """Parameters of ``enqueue_many``."""
-        return {
-            "ids": self.ids,
-            "topics": [j.topic for j in self.jobs],
-            "payloads": self.payloads,
-            "keys": [j.idempotency_key for j in self.jobs],
-            "available_ats": [j.available_at for j in self.jobs],
-            "priorities": [j.priority for j in self.jobs],
-            "notify": notify,
-        }
+        """Parameters of ``enqueue_many``: the jobs as one JSON array (payloads spliced in)."""
+        dumps = json.dumps
+        rows = [
+            f'{{"id":"{job_id}","topic":{dumps(job.topic)},"payload":{payload},'
+            f'"key":{dumps(job.idempotency_key)},'
+            f'"at":{dumps(job.available_at.isoformat()) if job.available_at else "null"},'
+            f'"priority":{job.priority}}}'
+            for job_id, job, payload in zip(self.ids, self.jobs, self.payloads, strict=True)
+        ]
+        return {"jobs": "[" + ",".join(rows) + "]", "notify": notify}
 
     def statement(self) -> str:
         """The enqueue statement fitting this batch."""
@@ -217,7 +220,8 @@ class PostgresStore:
         if conn is not None:
             return enqueue_on(conn, jobs, notify=self.notify,
                               max_payload_bytes=self.max_payload_bytes)
-        with self.connector.connection() as own, own.transaction():
+        # One statement is atomic on its own: no BEGIN/COMMIT round trips.
+        with self.connector.connection() as own:
             return enqueue_on(own, jobs, notify=self.notify,
                               max_payload_bytes=self.max_payload_bytes)
 
@@ -242,6 +246,23 @@ class PostgresStore:
                 continue
             if claimed is not None:
                 return claimed
+        return None
+
+    def _retrying(self, statement: str, params: dict[str, Any]) -> Row | None:
+        """Run one autocommit statement, again if PostgreSQL aborted it for a deadlock.
+
+        Following a row's update chain can wait even under SKIP LOCKED, so two
+        settle-and-claims can deadlock; the loser rolled back whole, and the
+        fencing guard makes running it again safe.
+        """
+        with self.connector.connection() as conn:
+            for attempt in range(DEADLOCK_RETRIES):
+                try:
+                    return conn.execute(statement, params).fetchone()
+                except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+                    if attempt == DEADLOCK_RETRIES - 1:
+                        raise
+                    time.sleep(0.001 * (attempt + 1))
         return None
 
     def _claim_free(self, holder: str, topics: Sequence[str], lease: timedelta) -> Claimed | None:
@@ -274,8 +295,7 @@ class PostgresStore:
             return False, self.claim(ticket.holder, topics, lease)
         statement, params = _claim_statement(ticket.holder, topics, lease, prefix="settle_and_")
         params.update(_settle_params(ticket, outcome))
-        with self.connector.connection() as conn:
-            row = conn.execute(statement, params).fetchone()
+        row = self._retrying(statement, params)
         assert row is not None
         return row[0] == 1, _claimed(row[1:] if row[1] is not None else None, ticket.holder)
 

@@ -12,7 +12,7 @@ from brooq.vocabulary.errors import (
     KindNotRegistered,
     StoreUnavailable,
 )
-from brooq.vocabulary.ids import new_job_id, parse_job_id
+from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
 from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
 from brooq.vocabulary.payload import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
@@ -71,6 +71,7 @@ __all__ = [
     "find_signal",
     "format_duration",
     "new_job_id",
+    "new_job_ids",
     "parse_duration",
     "parse_job_id",
     "topic_problem",
