@@ -97,6 +97,7 @@ class Child:
     def __init__(self, queue: Queue, config: ChildConfig, report_fd: int,
                  metrics: Metrics | None = None) -> None:
         self.queue, self.config, self.fd = queue, config, report_fd
+        self.parent_pid = os.getppid()
         self.stopping = False
         self.jobs = 0
         self.store = PostgresStore(config.dsn, notify=config.notify,
@@ -136,6 +137,8 @@ class Child:
                 worked = self.runner.run_once() is not None
                 if not worked and not self.stopping:
                     self.store.wait_for_jobs(self.config.poll_interval.total_seconds())
+                    if os.getppid() != self.parent_pid:
+                        return EXIT_OK  # orphaned (no PR_SET_PDEATHSIG here): stop claiming
                 backoff = 0.2
             except StoreUnavailable as exc:
                 self._unsettled()
