@@ -8,7 +8,7 @@ BROOQ := $(VENV)/bin/brooq
 LOCAL_DATABASE_URL := postgresql://brooq:brooq@127.0.0.1:55433/brooq
 PYTEST_ARGS ?=
 
-.PHONY: dev db-up db-down migrate-up migrate-down migrate-status test lint demo bench clean
+.PHONY: dev db-up db-down migrate-up migrate-down migrate-status test lint demo bench chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,12 @@ migrate-up migrate-down migrate-status: dev
 test: dev
 	@if [ -z "$$TEST_DATABASE_URL" ]; then scripts/pg.sh up; fi
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## chaos: the fault tests at full size (20,000 jobs per fault), table into docs/reliability.md
+## (`make test` runs them at CI size, 2,000 jobs per fault)
+chaos: dev
+	@if [ -z "$$TEST_DATABASE_URL" ]; then scripts/pg.sh up; fi
+	CHAOS_SIZE=$${CHAOS_SIZE:-full} $(PY) -m tests.chaos.report --update-doc
 
 ## lint: ruff and mypy --strict
 lint: dev
