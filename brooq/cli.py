@@ -25,6 +25,7 @@ from brooq.vocabulary import (
     Job,
     JobNotFound,
     KindOptions,
+    coerce_duration,
     format_duration,
     parse_duration,
 )
@@ -376,7 +377,7 @@ def _supervise(args: argparse.Namespace, settings: Settings, queue: Any) -> int:
     queue.configure(_kind_defaults(settings))
     served = _topics(args.topics, queue.registry.topics())
     slots = parse_slots(args.workers or str(settings.workers), served, queue.registry.topics())
-    graceful = parse_duration(args.graceful_timeout)
+    graceful = coerce_duration(args.graceful_timeout, name="--graceful-timeout")
     config = SupervisorConfig(
         slots=slots, dsn=settings.database_url or _queue_dsn(queue), lease=settings.lease,
         poll_interval=settings.poll_interval, reaper_period=settings.reaper_period,
