@@ -29,6 +29,8 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
+from brooq.supervisor.osproc import pid_alive
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"
 DB_PREFIX = "brooqbench"
@@ -213,14 +215,6 @@ def server_url() -> str:
                           check=True).stdout.strip()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Server:
@@ -239,7 +233,7 @@ class Server:
                                   (f"{DB_PREFIX}\\_%",)).fetchall()
         for (name,) in rows:
             pid = name.split("_")[1]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+            if pid.isdigit() and not pid_alive(int(pid)):
                 self.drop(name)
 
     def drop(self, name: str) -> None:

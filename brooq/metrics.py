@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from brooq.supervisor.osproc import pid_alive
+
 _identity: dict[str, str | None] = {"id": None}
 
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -56,18 +58,8 @@ def remove_stale_directories() -> None:
     """Remove the directories of supervisors that died without cleaning up (kill -9)."""
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "brooq-metrics-*-*")):
         pid = os.path.basename(path).split("-")[2]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_directory(path: str) -> None:

@@ -23,6 +23,7 @@ from psycopg import sql as pgsql
 from brooq.engine.fake import InMemoryStore
 from brooq.postgres import migrations
 from brooq.postgres.store import PostgresStore
+from brooq.supervisor.osproc import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
@@ -46,14 +47,6 @@ def _with_db(url: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _drop_stale(admin: psycopg.Connection) -> None:
@@ -64,7 +57,7 @@ def _drop_stale(admin: psycopg.Connection) -> None:
             pid = int(name.split("_")[1].lstrip("tpl").lstrip("t") or 0)
         except (IndexError, ValueError):
             continue
-        if pid and not _pid_alive(pid):
+        if pid and not pid_alive(pid):
             admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 pgsql.Identifier(name)))
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from brooq.engine.outcome import LAST_ERROR_MAX_CHARS, Outcome, SettleKind
+from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
@@ -254,7 +254,7 @@ class InMemoryStore:
             if row.state in TERMINAL_STATES:
                 return False
             if reason is not None:  # as PostgreSQL stores it: '' is a reason too
-                reason = "canceled: " + reason.replace("\x00", "\\0")[:LAST_ERROR_MAX_CHARS]
+                reason = "canceled: " + clean_reason(reason)
             self.rows[row.id] = replace(
                 row, state=State.CANCELED, updated_at=self.now(),
                 last_error=reason if reason is not None else row.last_error,

@@ -60,6 +60,12 @@ class Outcome:
 DONE = Outcome(SettleKind.DONE, "done")
 
 
+def clean_reason(reason: str) -> str:
+    """A cancel reason as every store writes it: NUL escaped (PostgreSQL rejects it),
+    at most LAST_ERROR_MAX_CHARS."""
+    return reason.replace("\x00", "\\0")[:LAST_ERROR_MAX_CHARS]
+
+
 def describe_error(error: BaseException) -> str:
     """``Type: message``, bounded to LAST_ERROR_MAX_CHARS, for the ``last_error`` column."""
     try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -13,7 +13,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from brooq.engine.outcome import LAST_ERROR_MAX_CHARS, Outcome, SettleKind
+from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
 from brooq.postgres.connect import Connector
 from brooq.postgres.sql import sql
@@ -234,16 +234,16 @@ class PostgresStore:
         Topics in ``limits`` (max_running) are claimed one at a time under a
         per-topic transaction lock, so the cap holds across every host.
         """
-        free = [t for t in topics if not limits or t not in limits]
-        capped = [t for t in topics if limits and t in limits]
+        caps = limits or {}
+        free = [t for t in topics if t not in caps]
+        capped = [t for t in topics if t in caps]
+        tries: list[Callable[[], Claimed | None]] = [
+            lambda: self._claim_free(holder, free, lease) if free else None,
+            lambda: self._claim_capped(holder, capped, lease, caps) if capped else None,
+        ]
         self._turn = not self._turn  # alternate, so neither group starves the other
-        for group in ([free, capped] if self._turn else [capped, free]):
-            if group is free and free:
-                claimed = self._claim_free(holder, free, lease)
-            elif group is capped and capped and limits:
-                claimed = self._claim_capped(holder, capped, lease, limits)
-            else:
-                continue
+        for attempt in tries if self._turn else tries[::-1]:
+            claimed = attempt()
             if claimed is not None:
                 return claimed
         return None
@@ -370,7 +370,7 @@ class PostgresStore:
         """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
         key = self._key(job_id)
         if reason is not None:
-            reason = reason.replace("\x00", "\\0")[:LAST_ERROR_MAX_CHARS]
+            reason = clean_reason(reason)
         with self.connector.connection() as conn:
             if conn.execute(sql("cancel"), {"id": key, "reason": reason}).fetchone():
                 return True

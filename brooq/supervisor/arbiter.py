@@ -39,7 +39,7 @@ from brooq.postgres.connect import connect
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import osproc, protocol
-from brooq.supervisor.child import ChildConfig, child_main
+from brooq.supervisor.child import EXIT_OK, EXIT_RECYCLE, ChildConfig, child_main
 from brooq.supervisor.systemd import Notifier
 from brooq.supervisor.workers import InFlight, SlotState, WorkerProcess
 from brooq.vocabulary import BrooqError, StoreUnavailable, format_duration
@@ -396,7 +396,8 @@ class Supervisor:
         reason = self.exit_reason(worker, status)
         if worker.job is not None:
             self.settle_orphan(worker, how)
-        if worker.booted and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) in (0, 4)):
+        planned = os.WIFEXITED(status) and os.WEXITSTATUS(status) in (EXIT_OK, EXIT_RECYCLE)
+        if worker.booted and not planned:
             self.release_unreported(worker)
         if not worker.booted and worker.slot < len(self.slots) and not self.stopping:
             delay = self.slots[worker.slot].boot_failed(time.monotonic())

@@ -108,10 +108,9 @@ class Child:
                                  config.topics, self.listener, prefetch=self._want_next)
 
     def _want_next(self) -> bool:
-        # Claim the next job with this settle only if this process will run it.
-        max_jobs, max_memory = self.config.max_jobs, self.config.max_memory
-        return not self.stopping and not (max_jobs and self.jobs + 1 >= max_jobs) \
-            and not (max_memory and osproc.rss_bytes() > max_memory)
+        # Claim the next job with this settle only if this process will run it:
+        # not stopping, and not due for recycling once this job is counted.
+        return not self.stopping and self._recycle_reason(self.jobs + 1) is None
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True  # finish the running job, then leave
@@ -149,7 +148,7 @@ class Child:
                 continue
             if worked:
                 self.jobs += 1
-                reason = self._recycle_reason()
+                reason = self._recycle_reason(self.jobs)
                 if reason and not self.runner.has_prefetched:  # run a claimed job first
                     protocol.send(self.fd, protocol.Recycling(reason))
                     return EXIT_RECYCLE
@@ -161,8 +160,8 @@ class Child:
         if self.listener.current is not None:
             self.listener.finish(self.listener.current, "unsettled")
 
-    def _recycle_reason(self) -> str | None:
-        if self.config.max_jobs and self.jobs >= self.config.max_jobs:
+    def _recycle_reason(self, jobs: int) -> str | None:
+        if self.config.max_jobs and jobs >= self.config.max_jobs:
             return "max_jobs"
         if self.config.max_memory and osproc.rss_bytes() > self.config.max_memory:
             return "max_memory"

@@ -22,6 +22,17 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def pid_alive(pid: int) -> bool:
+    """True while a process with ``pid`` exists (ours or not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, it is just not ours
+    return True
+
+
 def rss_bytes() -> int:
     """Resident set size of this process (Linux /proc; 0 where unavailable)."""
     try:
