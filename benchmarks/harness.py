@@ -29,7 +29,7 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
-from brooq.supervisor.osproc import pid_alive
+from brooq.osproc import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "benchmarks" / "results"

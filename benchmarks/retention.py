@@ -2,7 +2,7 @@
 
 A fresh database gets 1,000,000 ``done`` rows with ``updated_at`` 40 days
 ago (bulk ``generate_series``) and 50,000 ready rows, then ANALYZE.
-``brooq.engine.maintenance.Retention`` over a ``PostgresStore`` (TTL 30 days,
+``brooq.engine.retention.Retention`` over a ``PostgresStore`` (TTL 30 days,
 batch 1,000, the default ``QUEUE_RETENTION_BATCH``) runs ``run_once`` until it
 reports no backlog (each call stops after 100 batches, so it loops): rows/s.
 A separate process claims ready rows (brooq's ``claim_topic``, autocommit) at
@@ -56,7 +56,8 @@ def claimer(dsn: str, rate: float, ready: Any, stop: Any, out: Any) -> None:
 
 def measure(ctx: Context, dsn: str) -> dict[str, float]:
     """Load, start the claimer, run retention to the end; the figures."""
-    from brooq.engine.maintenance import Periodic, Retention
+    from brooq.engine.retention import Retention
+    from brooq.engine.timer import Every
     from brooq.postgres.store import PostgresStore
 
     sizes = ctx.sizes
@@ -69,13 +70,13 @@ def measure(ctx: Context, dsn: str) -> dict[str, float]:
     proc = spawn.Process(target=claimer, args=(dsn, CLAIM_RATE, ready, stop, out), daemon=True)
     proc.start()
     store = PostgresStore(dsn)
-    logging.getLogger("brooq.maintenance").setLevel(logging.ERROR)  # no backlog warnings
+    logging.getLogger("brooq.retention").setLevel(logging.ERROR)  # no backlog warnings
     try:
         if not ready.wait(60):
             raise RuntimeError("the claimer did not start")
         time.sleep(sizes.retention_baseline_s)
         retention = Retention(store, timedelta(days=30), sizes.retention_batch,
-                              Periodic(timedelta(0)))
+                              Every(timedelta(0)))
         deleted = 0
         began = time.monotonic()
         while True:

@@ -341,7 +341,7 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
     """Run one slot in the foreground until SIGTERM/SIGINT."""
     from brooq.app import load_app
-    from brooq.worker import InProcessWorker, WorkerConfig
+    from brooq.inprocess import InProcessWorker, WorkerConfig
 
     queue = load_app(args.app)
     queue.configure(_kind_defaults(settings))

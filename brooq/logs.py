@@ -8,6 +8,10 @@ import sys
 import time
 from typing import Any
 
+from brooq.engine.runner import Attempted
+from brooq.engine.store import Claimed
+from brooq.vocabulary import KindOptions
+
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 
@@ -62,3 +66,43 @@ def setup_logging(fmt: str = "kv", level: str = "info") -> None:
 def event(logger: logging.Logger, name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log event ``name`` (JobClaimed, JobDone, …) with ``fields`` as structured extras."""
     logger.log(level, name, extra={"event": name, **fields})
+
+
+job_log = logging.getLogger("brooq.worker")
+
+EVENT_BY_LABEL = {
+    "done": "JobDone",
+    "failed": "JobFailed",
+    "delayed": "JobFailed",
+    "preserved": "JobFailed",
+    "dead": "JobDead",
+    "canceled": "JobCanceled",
+    "abandoned": "LeaseLost",
+}
+
+
+class LoggingListener:
+    """Logs JobClaimed and the outcome event of every attempt."""
+
+    def claimed(self, claimed: Claimed, options: KindOptions) -> None:
+        """Log JobClaimed."""
+        event(job_log, "JobClaimed", job_id=claimed.id, topic=claimed.topic,
+              attempt=claimed.attempt)
+
+    def settled(self, attempted: Attempted) -> None:
+        """Log JobDone/JobFailed/JobDead/JobCanceled (or LeaseLost when nothing was written)."""
+        outcome = attempted.outcome
+        name = EVENT_BY_LABEL.get(outcome.label, "JobFailed")
+        fields = {
+            "job_id": attempted.claimed.id, "topic": attempted.claimed.topic,
+            "attempt": attempted.claimed.attempt, "outcome": outcome.label,
+            "duration_s": round(attempted.duration_s, 6),
+        }
+        if outcome.retry_in is not None:
+            fields["retry_in_s"] = round(outcome.retry_in.total_seconds(), 3)
+        if outcome.error and outcome.label != "done":
+            fields["error"] = outcome.error
+        if not attempted.written and outcome.label != "abandoned":
+            name, fields["note"] = "LeaseLost", "outcome not written: the lease was lost"
+        level = logging.WARNING if name in ("JobDead", "LeaseLost") else logging.INFO
+        event(job_log, name, level, **fields)

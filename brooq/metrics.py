@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from brooq.supervisor.osproc import pid_alive
+from brooq.osproc import pid_alive
 
 _identity: dict[str, str | None] = {"id": None}
 

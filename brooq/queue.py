@@ -13,8 +13,8 @@ from psycopg_pool import ConnectionPool
 
 from brooq.engine.kinds import Handler, Registry
 from brooq.engine.periodic import check_schedule
-from brooq.engine.port import Store
 from brooq.engine.runner import Attempted, SlotRunner
+from brooq.engine.store import Store
 from brooq.postgres.store import PostgresStore, enqueue_on, enqueue_on_async
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,

@@ -21,9 +21,9 @@ import pytest
 from psycopg import sql as pgsql
 
 from brooq.engine.fake import InMemoryStore
+from brooq.osproc import pid_alive
 from brooq.postgres import migrations
 from brooq.postgres.store import PostgresStore
-from brooq.supervisor.osproc import pid_alive
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
-from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
+from brooq.engine.store import Claimed, SettleHookFailed, Ticket, TopicCount
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
     TERMINAL_STATES,

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from brooq.engine.interrupts import InterruptScope
 from brooq.engine.kinds import Kind, Registry
 from brooq.engine.outcome import Outcome, SettleKind, decide, describe_error
-from brooq.engine.port import Claimed, SettleHookFailed, Store
+from brooq.engine.store import Claimed, SettleHookFailed, Store
 from brooq.vocabulary import Claim, Interrupted, KindNotRegistered, KindOptions, Lease
 
 log = logging.getLogger("brooq.runner")

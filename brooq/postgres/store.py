@@ -14,7 +14,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
-from brooq.engine.port import Claimed, SettleHookFailed, Ticket, TopicCount
+from brooq.engine.store import Claimed, SettleHookFailed, Ticket, TopicCount
 from brooq.postgres.connect import Connector
 from brooq.postgres.sql import sql
 from brooq.vocabulary import (

@@ -29,19 +29,23 @@ from typing import Any
 import psycopg
 
 from brooq import metrics as prom
-from brooq.engine.maintenance import Periodic, Reaper, Retention
+from brooq import osproc
 from brooq.engine.outcome import crash_outcome
 from brooq.engine.periodic import PeriodicScheduler
-from brooq.engine.port import Ticket, TopicCount
+from brooq.engine.reaper import Reaper
+from brooq.engine.retention import Retention
+from brooq.engine.store import Ticket, TopicCount
+from brooq.engine.timer import Every
 from brooq.http import Endpoints, ServiceSurface
 from brooq.logs import event
 from brooq.postgres.connect import connect
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import osproc, protocol
+from brooq.supervisor import protocol
 from brooq.supervisor.child import EXIT_OK, EXIT_RECYCLE, ChildConfig, child_main
+from brooq.supervisor.children import InFlight, WorkerProcess
+from brooq.supervisor.slots import SlotState
 from brooq.supervisor.systemd import Notifier
-from brooq.supervisor.workers import InFlight, SlotState, WorkerProcess
 from brooq.vocabulary import BrooqError, StoreUnavailable, format_duration
 
 log = logging.getLogger("brooq.supervisor")
@@ -132,14 +136,14 @@ class Supervisor:
         self.store = PostgresStore(config.dsn, notify=config.notify,
                                    max_payload_bytes=config.max_payload_bytes)
         self.cancels = CancelListener(config.dsn)
-        self.heartbeats = Periodic(config.lease / 3)
-        self.reaper = Reaper(self.store, Periodic(config.reaper_period))
+        self.heartbeats = Every(config.lease / 3)
+        self.reaper = Reaper(self.store, Every(config.reaper_period))
         self.retention = Retention(self.store, config.retention_ttl, config.retention_batch,
-                                   Periodic(config.retention_period))
+                                   Every(config.retention_period))
         self.unwritten: list[tuple[Ticket, Any, float]] = []
         self.scheduler = PeriodicScheduler(queue.schedules, self.store.enqueue_many,
                                            self.store.last_scheduled_run)
-        self.schedule_check = Periodic(timedelta(seconds=1))
+        self.schedule_check = Every(timedelta(seconds=1))
 
     # --- lifecycle ---------------------------------------------------------------
 

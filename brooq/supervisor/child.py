@@ -19,13 +19,14 @@ from datetime import timedelta
 from types import FrameType
 from typing import NoReturn
 
-from brooq.engine.port import Claimed
+from brooq import osproc
 from brooq.engine.runner import Attempted, SlotRunner
-from brooq.events import LoggingListener
+from brooq.engine.store import Claimed
+from brooq.logs import LoggingListener
 from brooq.metrics import Metrics, set_identity
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import osproc, protocol
+from brooq.supervisor import protocol
 from brooq.vocabulary import KindOptions, StoreUnavailable
 
 log = logging.getLogger("brooq.child")

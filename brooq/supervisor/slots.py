@@ -1,8 +1,9 @@
-"""What each worker slot serves: ``--workers 8`` or weighted ``--workers email=4,report=2``."""
+"""Worker slots: what each serves (`--workers 8` or `a=4,b=2`) and its restart backoff."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from brooq.vocabulary import BrooqError
 
@@ -52,3 +53,23 @@ def _weighted(text: str, registered: Sequence[str]) -> list[list[str]]:
     if not slots:
         raise SlotSpecError("--workers must add up to at least 1 worker")
     return slots
+
+
+@dataclass
+class SlotState:
+    """Restart backoff of one slot, so a child that dies at boot does not fork-storm."""
+
+    topics: list[str]
+    failures: int = 0
+    not_before: float = 0.0
+
+    def boot_failed(self, now: float) -> float:
+        """Record a boot failure; return the delay before the next fork."""
+        self.failures += 1
+        delay: float = min(0.5 * 2 ** (self.failures - 1), 30.0)
+        self.not_before = now + delay
+        return delay
+
+    def booted(self) -> None:
+        """A child of this slot came up: forget earlier failures."""
+        self.failures, self.not_before = 0, 0.0

@@ -12,12 +12,7 @@ from brooq.vocabulary.errors import (
     KindNotRegistered,
     StoreUnavailable,
 )
-from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
-from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
-from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
-from brooq.vocabulary.payload import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
-from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
-from brooq.vocabulary.signals import (
+from brooq.vocabulary.handler_signals import (
     AttemptTimedOut,
     CancelJob,
     Delay,
@@ -28,6 +23,11 @@ from brooq.vocabulary.signals import (
     PreserveAttempt,
     find_signal,
 )
+from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
+from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
+from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
+from brooq.vocabulary.payload import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
+from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
 

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 
 from brooq.engine.kinds import Registry
-from brooq.engine.port import Store
 from brooq.engine.runner import Attempted, SlotRunner
+from brooq.engine.store import Store
 from brooq.vocabulary import Claim, KindOptions
 
 _SIGNALS = (signal.SIGALRM, signal.SIGUSR1, signal.SIGUSR2)

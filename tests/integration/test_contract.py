@@ -16,7 +16,7 @@ from psycopg import sql as pgsql
 
 from brooq.engine.fake import InMemoryStore
 from brooq.engine.outcome import DONE, LAST_ERROR_MAX_CHARS, Outcome, SettleKind, decide
-from brooq.engine.port import Claimed, Store, Ticket, TopicCount
+from brooq.engine.store import Claimed, Store, Ticket, TopicCount
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,

@@ -19,7 +19,7 @@ import pytest
 import brooq
 from brooq import Job
 from brooq.engine.outcome import DONE, decide
-from brooq.engine.port import TopicCount
+from brooq.engine.store import TopicCount
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import BUILTIN_KIND_DEFAULTS, KindOptions, State
 from tests.integration.helpers import claim_race_worker, count_jobs, run_one

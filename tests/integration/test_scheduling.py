@@ -19,7 +19,7 @@ from psycopg import sql as pgsql
 
 from brooq.engine.fake import InMemoryStore
 from brooq.engine.outcome import DONE, Outcome, SettleKind
-from brooq.engine.port import Claimed, Store, Ticket
+from brooq.engine.store import Claimed, Store, Ticket
 from brooq.postgres.sql import sql
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue

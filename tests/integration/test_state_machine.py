@@ -39,9 +39,11 @@ from hypothesis.stateful import (
 )
 
 from brooq.engine.fake import InMemoryStore
-from brooq.engine.maintenance import Periodic, Reaper, Retention
 from brooq.engine.outcome import DONE, Outcome, SettleKind, decide
-from brooq.engine.port import Claimed, SettleHookFailed, Store, Ticket
+from brooq.engine.reaper import Reaper
+from brooq.engine.retention import Retention
+from brooq.engine.store import Claimed, SettleHookFailed, Store, Ticket
+from brooq.engine.timer import Every
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
@@ -481,7 +483,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def reaper(self) -> None:
         now = self._now()
-        counts = Reaper(self.store, Periodic(timedelta(seconds=5))).run_once()
+        counts = Reaper(self.store, Every(timedelta(seconds=5))).run_once()
         expired = [m for m in self.model.jobs.values()
                    if m.state is State.PROCESSING and m.expired]
         assert dict(counts) == dict(Counter(m.topic for m in expired)), "reaper counts"
@@ -503,7 +505,7 @@ class StoreMachine(RuleBasedStateMachine):
         aged = sorted((m for m in self.model.jobs.values() if m.aged is not None),
                       key=lambda m: m.aged or 0)
         if service:
-            counts = Retention(self.store, TTL, batch, Periodic(timedelta(hours=1))).run_once()
+            counts = Retention(self.store, TTL, batch, Every(timedelta(hours=1))).run_once()
             gone = aged
         else:
             counts = self.store.delete_terminal(TTL, batch)

@@ -289,7 +289,7 @@ BARE_PARENT = (
     "module",
     ["brooq.vocabulary", "brooq.engine", "brooq.engine.runner", "brooq.engine.fake",
      "brooq.engine.outcome", "brooq.engine.interrupts", "brooq.engine.kinds",
-     "brooq.engine.backoff", "brooq.engine.port", "brooq.testing"],
+     "brooq.engine.backoff", "brooq.engine.store", "brooq.testing"],
 )
 def test_layer_modules_load_no_third_party_package(module: str) -> None:
     assert loaded_after(f"{BARE_PARENT}; import {module}") == []

@@ -28,8 +28,8 @@ import brooq
 from brooq.engine.fake import FakeTransaction, InMemoryStore
 from brooq.engine.kinds import Registry
 from brooq.engine.outcome import SettleKind
-from brooq.engine.port import Claimed
 from brooq.engine.runner import Attempted, SlotRunner
+from brooq.engine.store import Claimed
 from brooq.testing import InMemoryStore as PublicInMemoryStore
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,

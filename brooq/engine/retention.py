@@ -1,8 +1,4 @@
-"""Reaper and retention: small services with a ``run_once`` that returns what it did.
-
-Each reschedules itself before working, so an error never loses the next
-run; time is passed in (monotonic seconds), so tests need no sleeping.
-"""
+"""Retention: terminal rows older than the TTL are deleted in batches."""
 
 from __future__ import annotations
 
@@ -10,9 +6,10 @@ import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from brooq.engine.port import Store, TopicCount
+from brooq.engine.store import Store, TopicCount
+from brooq.engine.timer import Every
 
-log = logging.getLogger("brooq.maintenance")
+log = logging.getLogger("brooq.retention")
 
 RETENTION_MAX_BATCHES = 100
 
@@ -26,47 +23,13 @@ def merge_counts(counts: list[TopicCount]) -> list[TopicCount]:
 
 
 @dataclass
-class Periodic:
-    """A schedule: due every ``period`` seconds of the monotonic clock, first at once."""
-
-    period: timedelta
-    next_at: float = 0.0
-
-    def due(self, now: float) -> bool:
-        """True when a run is due; reschedules the next one first."""
-        if now < self.next_at:
-            return False
-        self.next_at = now + self.period.total_seconds()
-        return True
-
-
-@dataclass
-class Reaper:
-    """Returns jobs whose lease expired to ``pending``; ``attempts`` untouched (invariant 7)."""
-
-    store: Store
-    schedule: Periodic
-
-    def run_once(self) -> list[TopicCount]:
-        """One pass; logs JobRequeued per topic."""
-        counts = self.store.requeue_expired()
-        for topic, n in counts:
-            log.info("JobRequeued", extra={"event": "JobRequeued", "topic": topic, "count": n})
-        return counts
-
-    def tick(self, now: float) -> list[TopicCount]:
-        """Run when due; otherwise do nothing."""
-        return self.run_once() if self.schedule.due(now) else []
-
-
-@dataclass
 class Retention:
     """Deletes terminal rows older than ``ttl`` in batches; ttl 0 disables it entirely."""
 
     store: Store
     ttl: timedelta
     batch: int
-    schedule: Periodic
+    every: Every
     max_batches: int = RETENTION_MAX_BATCHES
     backlog: bool = field(default=False, init=False)
 
@@ -98,4 +61,4 @@ class Retention:
 
     def tick(self, now: float) -> list[TopicCount]:
         """Run when due; otherwise do nothing."""
-        return self.run_once() if self.enabled and self.schedule.due(now) else []
+        return self.run_once() if self.enabled and self.every.due(now) else []

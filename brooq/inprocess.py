@@ -22,16 +22,18 @@ from typing import Any
 
 import psycopg
 
-from brooq.engine.maintenance import Periodic, Reaper, Retention
-from brooq.engine.port import Claimed, Store, Ticket
+from brooq.engine.reaper import Reaper
+from brooq.engine.retention import Retention
 from brooq.engine.runner import Attempted, RunListener, SlotRunner
-from brooq.events import LoggingListener
+from brooq.engine.store import Claimed, Store, Ticket
+from brooq.engine.timer import Every
+from brooq.logs import LoggingListener
 from brooq.postgres.connect import connect
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.vocabulary import KindOptions, StoreUnavailable
 
-log = logging.getLogger("brooq.worker")
+log = logging.getLogger("brooq.inprocess")
 
 MAX_RECONNECT_BACKOFF_S = 30.0
 
@@ -142,9 +144,9 @@ class InProcessWorker:
         self.runner = SlotRunner(self.store, queue.registry, holder, config.lease,
                                  config.topics, _KeeperListener(self.keeper, LoggingListener()))
         self.waker = Waker(config.dsn)
-        self.reaper = Reaper(self.store, Periodic(config.reaper_period))
+        self.reaper = Reaper(self.store, Every(config.reaper_period))
         self.retention = Retention(self.store, config.retention_ttl, config.retention_batch,
-                                   Periodic(config.retention_period))
+                                   Every(config.retention_period))
         self.stopping = False
         self.jobs = 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from brooq.engine.port import Ticket
+from brooq.engine.store import Ticket
 from brooq.supervisor.protocol import Reader
 
 
@@ -62,23 +62,3 @@ class WorkerProcess:
     recycle_reason: str | None = None
     pipe_closed: bool = False
     signals_sent: list[str] = field(default_factory=list)
-
-
-@dataclass
-class SlotState:
-    """Restart backoff of one slot, so a child that dies at boot does not fork-storm."""
-
-    topics: list[str]
-    failures: int = 0
-    not_before: float = 0.0
-
-    def boot_failed(self, now: float) -> float:
-        """Record a boot failure; return the delay before the next fork."""
-        self.failures += 1
-        delay: float = min(0.5 * 2 ** (self.failures - 1), 30.0)
-        self.not_before = now + delay
-        return delay
-
-    def booted(self) -> None:
-        """A child of this slot came up: forget earlier failures."""
-        self.failures, self.not_before = 0, 0.0
