@@ -615,3 +615,10 @@ def render(results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]],
 def sizes_dict(sizes: Sizes) -> dict[str, Any]:
     """The sizes as JSON."""
     return asdict(sizes)
+
+
+def warm(queue: Any) -> None:
+    """Open the queue's connection before a clock starts (one trivial query)."""
+    from brooq.postgres.inspection import PostgresInspection
+
+    PostgresInspection(queue.store.connector).ping()

@@ -22,6 +22,7 @@ from benchmarks.harness import (
     Context,
     SupervisorProcess,
     percentile,
+    warm,
 )
 
 GROUP = "idle latency (enqueue commit → handler start)"
@@ -41,7 +42,7 @@ def measure(ctx: Context, dsn: str, notify: bool) -> list[float]:
     queue = brooq.Queue(dsn, notify=notify)
     try:
         sup.wait_ready()
-        queue.store.ping()  # type: ignore[attr-defined]
+        warm(queue)
         time.sleep(0.5)  # let both children reach their idle wait
         committed: dict[str, float] = {}
         first = time.monotonic()

@@ -4,13 +4,13 @@ Each worker is a spawned process with one autocommit connection that loops
 until a claim comes back empty (a statement that deadlocks is run again, and
 counted):
 
-- ``two``: claim (brooq's own ``claim_topic`` statement, loaded from
-  queries.sql) then settle (``UPDATE … SET state = 'done'`` guarded like
-  brooq's settle): two statements, two commits per job. The floor the brief
-  names.
-- ``fused``: brooq's ``settle_and_claim_topic`` statement: one statement, one
-  commit per job. What brooq's child sends in steady state, without brooq's
-  Python around it.
+- ``two``: claim one job (brooq's own ``claim_topic`` statement, loaded from
+  queries.sql, with a limit of 1) then settle (``UPDATE … SET state = 'done'``
+  guarded like brooq's settle): two statements, two commits per job. The
+  floor the brief names.
+- ``fused``: settle one job and claim the next in one statement (brooq's
+  per-worker hot path before the supervisor claimed in batches): one
+  statement, one commit per job.
 - ``batch``: the same claim for 10 rows per statement and one settle
   statement for those 10 rows: the batched ceiling.
 """
@@ -55,6 +55,36 @@ UPDATE job SET state = 'done', updated_at = now()
 FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS held(id, attempt)
 WHERE job.id = held.id AND job.state = 'processing' AND job.locked_by = %(holder)s
   AND job.attempts = held.attempt
+"""
+
+FUSED = """
+WITH settled AS (
+    UPDATE job
+    SET state = %(state)s,
+        attempts = GREATEST(attempts - %(refund)s, 0),
+        available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s
+                            ELSE available_at END,
+        last_error = COALESCE(%(error)s, last_error),
+        updated_at = now()
+    WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s
+      AND attempts = %(attempt)s
+    RETURNING 1
+), claimed AS (
+    UPDATE job
+    SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+        attempts = attempts + 1, updated_at = now()
+    WHERE id = (
+        SELECT id FROM job
+        WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
+        ORDER BY priority DESC, available_at, id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED
+    )
+    RETURNING id, topic, payload, attempts, locked_until
+)
+SELECT (SELECT count(*) FROM settled) AS settled,
+       claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.locked_until
+FROM (SELECT 1) AS one LEFT JOIN claimed ON true
 """
 
 MODES = {
@@ -102,7 +132,7 @@ def _loop_fused(db: Runner, params: dict[str, Any]) -> None:
     from brooq.postgres.sql import sql
 
     row = db.run(sql("claim_topic"), params).fetchone()
-    statement = sql("settle_and_claim_topic")
+    statement = FUSED
     fixed = {**params, "state": "done", "refund": 0, "retry_in": timedelta(0), "error": None}
     while row is not None:
         out = db.run(statement, {**fixed, "id": row[0], "attempt": row[3]}).fetchone()
@@ -128,7 +158,7 @@ def worker(dsn: str, mode: str, batch: int, ready: Any, go: Any, stop: Any,
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT 1")
-        params = {"holder": f"raw:{os.getpid()}", "lease": LEASE, "topic": TOPIC}
+        params = {"holder": f"raw:{os.getpid()}", "lease": LEASE, "topic": TOPIC, "limit": 1}
         ready.put(os.getpid())
         go.wait()
         db = Runner(conn)

@@ -8,10 +8,10 @@ import sys
 import traceback
 
 from brooq.queue import Queue
-from brooq.vocabulary import BrooqError
+from brooq.vocabulary import InvalidInput
 
 
-class AppLoadError(BrooqError):
+class AppLoadError(InvalidInput):
     """The --app value does not name an importable brooq.Queue."""
 
 

@@ -19,14 +19,14 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
-from brooq.vocabulary import BrooqError, JobNotFound
+from brooq.vocabulary import BrooqError, InvalidInput, JobNotFound
 
 log = logging.getLogger("brooq.http")
 
 _JOB_PATH = re.compile(r"^/jobs/([0-9a-fA-F-]{1,64})(/cancel)?$")
 
 
-class SurfaceConfigError(BrooqError, ValueError):
+class SurfaceConfigError(InvalidInput):
     """HTTP_ADDR is not usable as given (not loopback without the flag, or no token)."""
 
 

@@ -1,9 +1,10 @@
 """``brooq work``: one slot in this process, in the foreground, until SIGTERM/SIGINT.
 
-The handler runs in the main thread (soft interrupts work). A thread with
-its own connection keeps the lease; LISTEN wakes the idle slot. The slot
-also runs the reaper and retention, so a lone worker needs nothing else.
-For isolation per process, use ``brooq supervise``.
+The handler runs in the main thread (soft interrupts work). A keeper thread
+with its own connections keeps the lease and LISTENs for cancels, so a
+canceled job is interrupted as fast as under ``brooq supervise``; LISTEN
+wakes the idle slot. The slot also runs the reaper and retention, so a lone
+worker needs nothing else. For isolation per process, use ``brooq supervise``.
 """
 
 from __future__ import annotations
@@ -11,91 +12,102 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import Any
 
-import psycopg
-
+from brooq.config import Settings
 from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
 from brooq.engine.runner import Attempted, RunListener, SlotRunner
 from brooq.engine.store import Claimed, Store, Ticket
 from brooq.engine.timer import Every
-from brooq.logs import LoggingListener
-from brooq.postgres.connect import connect
+from brooq.logs import LoggingListener, event
+from brooq.postgres.listen import Listener
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.vocabulary import KindOptions, StoreUnavailable
+from brooq.vocabulary import KindOptions, StoreUnavailable, holder_id
 
-log = logging.getLogger("brooq.inprocess")
+log = logging.getLogger("brooq.worker")
 
 MAX_RECONNECT_BACKOFF_S = 30.0
+FATAL_MARKERS = ("authentication failed", "does not exist", "no pg_hba.conf entry",
+                 "permission denied")
+"""Errors that waiting does not fix: the worker stops instead of retrying forever."""
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
-    """What one in-process slot needs to run."""
+class RunOptions:
+    """What ``brooq work`` was asked beyond the settings."""
 
-    dsn: str
-    lease: timedelta
-    poll_interval: timedelta
-    reaper_period: timedelta
-    retention_ttl: timedelta
-    retention_batch: int
-    retention_period: timedelta
     topics: Sequence[str] | None = None
     max_jobs: int = 0
     exit_when_idle: bool = False
 
 
-class LeaseKeeper(threading.Thread):
-    """Extends the lease of the running job every lease/3; interrupts the handler when lost."""
+class Keeper(threading.Thread):
+    """Extends the running job's lease every lease/3 and interrupts its handler when the job
+    is canceled (NOTIFY) or its lease is lost."""
 
-    def __init__(self, store: Store, lease: timedelta) -> None:
-        super().__init__(name="brooq-lease", daemon=True)
+    def __init__(self, store: Store, dsn: str, lease: timedelta) -> None:
+        super().__init__(name="brooq-keeper", daemon=True)
         self.store, self.lease = store, lease
+        self.cancels = Listener(dsn, jobs=False)
         self._ticket: Ticket | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._next_beat = 0.0
 
     def hold(self, ticket: Ticket | None) -> None:
         """Start (or with None stop) keeping ``ticket``'s lease."""
         with self._lock:
             self._ticket = ticket
+            self._next_beat = time.monotonic() + self.lease.total_seconds() / 3
 
     def run(self) -> None:
-        """Heartbeat until stopped."""
-        while not self._stop.wait(self.lease.total_seconds() / 3):
+        """Listen for cancels and heartbeat until stopped."""
+        while not self._stop.is_set():
+            wait = max(0.05, min(1.0, self._next_beat - time.monotonic()))
+            heard = self.cancels.wait(timedelta(seconds=wait))
+            if self.cancels.conn is None:
+                self._stop.wait(wait)
             with self._lock:
                 ticket = self._ticket
-            if ticket is None:
-                continue
-            try:
-                kept = self.store.heartbeat([ticket], self.lease)
-            except StoreUnavailable as exc:
-                log.warning("heartbeat failed",
-                            extra={"event": "HeartbeatFailed", "error": str(exc)})
-                continue
-            with self._lock:
-                if ticket.job_id not in kept and self._ticket == ticket:
-                    self._ticket = None
-                    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGUSR1)
+            if ticket is not None and ticket.job_id in heard.canceled:
+                self._interrupt(ticket, signal.SIGUSR2)
+            elif ticket is not None and time.monotonic() >= self._next_beat:
+                self._beat(ticket)
+
+    def _beat(self, ticket: Ticket) -> None:
+        self._next_beat = time.monotonic() + self.lease.total_seconds() / 3
+        try:
+            kept = self.store.heartbeat([ticket], self.lease)
+        except StoreUnavailable as exc:
+            event(log, "HeartbeatFailed", logging.WARNING, error=str(exc))
+            return
+        if ticket.job_id not in kept:
+            self._interrupt(ticket, signal.SIGUSR1)
+
+    def _interrupt(self, ticket: Ticket, signum: int) -> None:
+        with self._lock:
+            if self._ticket != ticket:
+                return
+            self._ticket = None
+        signal.pthread_kill(threading.main_thread().ident or 0, signum)
 
     def stop(self) -> None:
         """End the thread."""
         self._stop.set()
+        self.cancels.close()
 
 
 class _KeeperListener:
     """Ties the keeper to the slot's claims, then forwards to the log listener."""
 
-    def __init__(self, keeper: LeaseKeeper, inner: RunListener) -> None:
+    def __init__(self, keeper: Keeper, inner: RunListener) -> None:
         self.keeper, self.inner = keeper, inner
 
     def claimed(self, claimed: Claimed, options: KindOptions) -> None:
@@ -107,46 +119,20 @@ class _KeeperListener:
         self.inner.settled(attempted)
 
 
-class Waker:
-    """Waits for a NOTIFY on ``brooq_job`` or the poll interval, whichever comes first."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.conn: psycopg.Connection[Any] | None = None
-
-    def wait(self, timeout: float) -> None:
-        """Block up to ``timeout`` seconds; return early when a job is enqueued."""
-        try:
-            if self.conn is None or self.conn.closed:
-                self.conn = connect(self.dsn)
-                self.conn.execute("LISTEN brooq_job")
-            for _ in self.conn.notifies(timeout=timeout, stop_after=1):
-                pass
-        except (psycopg.Error, StoreUnavailable):
-            self.conn = None
-            time.sleep(timeout)
-
-    def close(self) -> None:
-        """Close the LISTEN connection."""
-        if self.conn is not None:
-            self.conn.close()
-
-
-class InProcessWorker:
+class InProcessSlot:
     """One slot: claim, run, settle, in the foreground until asked to stop."""
 
-    def __init__(self, queue: Queue, config: WorkerConfig) -> None:
-        self.queue, self.config = queue, config
-        holder = f"{socket.gethostname()}:{os.getpid()}:work"
-        self.store = PostgresStore(config.dsn, notify=queue.notify,
-                                   max_payload_bytes=queue.max_payload_bytes)
-        self.keeper = LeaseKeeper(PostgresStore(config.dsn), config.lease)
-        self.runner = SlotRunner(self.store, queue.registry, holder, config.lease,
-                                 config.topics, _KeeperListener(self.keeper, LoggingListener()))
-        self.waker = Waker(config.dsn)
-        self.reaper = Reaper(self.store, Every(config.reaper_period))
-        self.retention = Retention(self.store, config.retention_ttl, config.retention_batch,
-                                   Every(config.retention_period))
+    def __init__(self, queue: Queue, settings: Settings, dsn: str, options: RunOptions) -> None:
+        self.queue, self.settings, self.options = queue, settings, options
+        self.store = PostgresStore(dsn, notify=settings.notify,
+                                   max_payload_bytes=settings.max_payload_bytes)
+        self.keeper = Keeper(PostgresStore(dsn), dsn, settings.lease)
+        self.runner = SlotRunner(self.store, queue.registry, holder_id(), settings.lease,
+                                 options.topics, _KeeperListener(self.keeper, LoggingListener()))
+        self.waker = Listener(dsn, cancels=False)
+        self.reaper = Reaper(self.store, Every(settings.reaper_period), settings.max_expirations)
+        self.retention = Retention(self.store, settings.retention_ttl, settings.retention_batch,
+                                   Every(settings.retention_period))
         self.stopping = False
         self.jobs = 0
 
@@ -160,8 +146,7 @@ class InProcessWorker:
         signal.signal(signal.SIGTERM, self._on_stop_signal)
         signal.signal(signal.SIGINT, self._on_stop_signal)
         self.keeper.start()
-        log.info("worker started", extra={"event": "WorkerStarted",
-                                          "topics": ",".join(self.runner.topics)})
+        event(log, "WorkerStarted", topics=",".join(self.runner.topics))
         backoff = 0.5
         try:
             while not self.stopping:
@@ -170,34 +155,52 @@ class InProcessWorker:
                     backoff = 0.5
                 except StoreUnavailable as exc:
                     self.keeper.hold(None)
-                    log.warning("database unavailable; retrying",
-                                extra={"event": "DatabaseUnavailable", "error": str(exc),
-                                       "retry_in_s": backoff})
-                    time.sleep(backoff)
+                    if any(marker in str(exc) for marker in FATAL_MARKERS):
+                        event(log, "WorkerStopped", logging.ERROR, error=str(exc),
+                              note="waiting cannot fix this; check DATABASE_URL")
+                        return 1
+                    event(log, "DatabaseUnavailable", logging.WARNING, error=str(exc),
+                          retry_in_s=backoff)
+                    self._sleep(backoff)
                     backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF_S)
                     continue
                 if self._finished(idle):
                     break
         finally:
             self._close()
-        log.info("worker stopped", extra={"event": "WorkerExited", "jobs": self.jobs})
+        event(log, "WorkerExited", jobs=self.jobs)
         return 0
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep in short slices, so Ctrl-C stops the worker within a fraction of a second."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(0.1, deadline - time.monotonic()))
 
     def _step(self) -> bool:
         now = time.monotonic()
         self.reaper.tick(now)
         self.retention.tick(now)
         if self.runner.run_once() is None:
-            if not self.config.exit_when_idle:
-                self.waker.wait(self.config.poll_interval.total_seconds())
+            if not self.options.exit_when_idle:
+                self._wait_for_jobs()
             return True
         self.jobs += 1
         return False
 
+    def _wait_for_jobs(self) -> None:
+        """Until a NOTIFY, the poll interval, or a stop signal (checked every second)."""
+        deadline = time.monotonic() + self.settings.poll_interval.total_seconds()
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            if self.waker.wait(timedelta(seconds=min(left, 1.0))).topics:
+                return
+            if self.waker.conn is None:
+                self._sleep(min(left, 1.0))  # no LISTEN while the database is away
+
     def _finished(self, idle: bool) -> bool:
-        if self.config.max_jobs and self.jobs >= self.config.max_jobs:
+        if self.options.max_jobs and self.jobs >= self.options.max_jobs:
             return True
-        return idle and self.config.exit_when_idle
+        return idle and self.options.exit_when_idle
 
     def _close(self) -> None:
         self.keeper.stop()

@@ -102,7 +102,7 @@ class LoggingListener:
             fields["retry_in_s"] = round(outcome.retry_in.total_seconds(), 3)
         if outcome.error and outcome.label != "done":
             fields["error"] = outcome.error
-        if not attempted.written and outcome.label != "abandoned":
+        if attempted.written is False and outcome.label != "abandoned":
             name, fields["note"] = "LeaseLost", "outcome not written: the lease was lost"
         level = logging.WARNING if name in ("JobDead", "LeaseLost") else logging.INFO
         event(job_log, name, level, **fields)

@@ -15,10 +15,12 @@ import glob
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from brooq.engine.inspection import Inspection, TopicStateCount
 from brooq.osproc import pid_alive
 
 _identity: dict[str, str | None] = {"id": None}
@@ -74,11 +76,20 @@ def mark_dead(metrics_id: str) -> None:
     multiprocess.mark_process_dead(metrics_id)  # type: ignore[no-untyped-call]
 
 
+OUTCOMES = ("done", "failed", "delayed", "preserved", "dead", "canceled")
+"""Every ``outcome`` label of brooq_settle_total."""
+
+
 class Metrics:
-    """brooq's metrics, with the names and labels of DESIGN.md."""
+    """brooq's metrics, with the names and labels of the design.
+
+    Counters live in the multiprocess files; the gauges of what the workers
+    do now (``brooq_workers``, ``brooq_worker_busy``) are read from the
+    supervisor at scrape time (:class:`WorkersCollector`).
+    """
 
     def __init__(self) -> None:
-        from prometheus_client import Counter, Gauge, Histogram
+        from prometheus_client import Counter, Histogram
 
         self.claimed = Counter("brooq_claimed_total", "Jobs claimed (attempts started).", ["topic"])
         self.settled = Counter("brooq_settle_total", "Attempt outcomes written.",
@@ -86,10 +97,6 @@ class Metrics:
         self.duration = Histogram("brooq_attempt_duration_seconds",
                                   "Duration of attempts, claim to settle.", ["topic"],
                                   buckets=DURATION_BUCKETS)
-        self.busy = Gauge("brooq_worker_busy", "Worker slots running a job.", ["topic"],
-                          multiprocess_mode="livesum")
-        self.workers = Gauge("brooq_workers", "Worker processes running.",
-                             multiprocess_mode="livemax")
         self.hung = Counter("brooq_hung_workers_total",
                             "Workers SIGKILLed because a handler did not exit after an interrupt.",
                             ["topic"])
@@ -97,8 +104,7 @@ class Metrics:
                                   "Running jobs whose lease was lost (canceled or taken).",
                                   ["topic"])
         self.requeued = Counter("brooq_requeued_total",
-                                "Jobs returned to pending by the reaper (expired lease).",
-                                ["topic"])
+                                "Jobs returned by the reaper (expired lease).", ["topic"])
         self.retention_deleted = Counter("brooq_retention_deleted_total",
                                          "Terminal rows deleted by retention.", ["topic"])
         self.restarts = Counter("brooq_worker_restarts_total",
@@ -107,25 +113,65 @@ class Metrics:
                                 "Runs of periodic schedules enqueued (by this supervisor).",
                                 ["schedule"])
 
+    def initialise(self, topics: Sequence[str], restart_reasons: Sequence[str],
+                   schedules: Sequence[str] = ()) -> None:
+        """Export every series known at start at zero, so increase() sees the first event."""
+        for topic in topics:
+            for counter in (self.claimed, self.hung, self.lease_lost, self.requeued,
+                            self.retention_deleted):
+                counter.labels(topic=topic)
+            for outcome in OUTCOMES:
+                self.settled.labels(topic=topic, outcome=outcome)
+            self.duration.labels(topic=topic)
+        for reason in restart_reasons:
+            self.restarts.labels(reason=reason)
+        for name in schedules:
+            self.periodic.labels(schedule=name)
+
+
+class WorkersCollector:
+    """``brooq_workers`` and ``brooq_worker_busy{topic}`` from the supervisor's own view.
+
+    ``read`` returns (worker processes running, busy workers per topic); the
+    supervisor's loop keeps that snapshot current, so a scrape costs nothing.
+    """
+
+    def __init__(self, read: Callable[[], tuple[int, dict[str, int]]],
+                 topics: Sequence[str]) -> None:
+        self.read, self.topics = read, list(topics)
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the two gauge families."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        workers, busy = self.read()
+        yield GaugeMetricFamily("brooq_workers", "Worker processes running.", value=workers)
+        family = GaugeMetricFamily("brooq_worker_busy", "Worker slots running a job.",
+                                   labels=["topic"])
+        for topic in sorted(set(self.topics) | set(busy)):
+            family.add_metric([topic], busy.get(topic, 0))
+        yield family
+
 
 class DatabaseCollector:
     """``brooq_jobs`` and ``brooq_ready_oldest_age_seconds``, read at scrape time.
 
-    One grouped query (plus one for ages), cached for ``ttl_s`` so a burst of
-    scrapes costs the database one query.
+    Two grouped queries through the Inspection port (under its statement time
+    limit), cached for ``ttl_s`` so a burst of scrapes costs the database one
+    read. Nothing is yielded while the database cannot answer.
     """
 
-    def __init__(self, read: Callable[[], tuple[list[dict[str, Any]], dict[str, float]]],
-                 topics: Sequence[str], ttl_s: float = 5.0) -> None:
-        self.read, self.topics, self.ttl_s = read, list(topics), ttl_s
-        self._cached: tuple[float, Any] | None = None
+    def __init__(self, inspection: Inspection, topics: Sequence[str], ttl_s: float = 5.0) -> None:
+        self.inspection, self.topics, self.ttl_s = inspection, list(topics), ttl_s
+        self._cached: tuple[float, list[TopicStateCount], dict[str, float]] | None = None
+        self._lock = threading.Lock()
 
-    def _values(self) -> tuple[list[dict[str, Any]], dict[str, float]]:
-        now = time.monotonic()
-        if self._cached is None or now - self._cached[0] > self.ttl_s:
-            self._cached = (now, self.read())
-        values: tuple[list[dict[str, Any]], dict[str, float]] = self._cached[1]
-        return values
+    def _values(self) -> tuple[list[TopicStateCount], dict[str, float]]:
+        with self._lock:  # concurrent scrapes share one read
+            now = time.monotonic()
+            if self._cached is None or now - self._cached[0] > self.ttl_s:
+                self._cached = (now, self.inspection.depth(), self.inspection.oldest_ready())
+            return self._cached[1], self._cached[2]
 
     def collect(self) -> Iterator[Any]:
         """Yield the two gauge families; nothing when the database is unreachable."""
@@ -138,23 +184,24 @@ class DatabaseCollector:
         jobs = GaugeMetricFamily("brooq_jobs", "Jobs by topic and state.",
                                  labels=["topic", "state"])
         for row in depth:
-            jobs.add_metric([row["topic"], row["state"]], row["jobs"])
+            jobs.add_metric([row.topic, row.state], row.jobs)
         age = GaugeMetricFamily("brooq_ready_oldest_age_seconds",
                                 "How long the oldest ready job has waited (0: none ready).",
                                 labels=["topic"])
-        for topic in sorted(set(self.topics) | {r["topic"] for r in depth}):
+        for topic in sorted(set(self.topics) | {r.topic for r in depth}):
             age.add_metric([topic], oldest.get(topic, 0.0))
         yield jobs
         yield age
 
 
-def render(db: DatabaseCollector, supervisor_pid: int) -> bytes:
-    """The /metrics page: every process's files, the database gauges, process_* of the parent."""
+def render(collectors: Sequence[Any], supervisor_pid: int) -> bytes:
+    """The /metrics page: every process's files, ``collectors``, process_* of the parent."""
     from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    registry.register(db)
+    for collector in collectors:
+        registry.register(collector)
     ProcessCollector(pid=lambda: supervisor_pid, registry=registry)
     return generate_latest(registry)

@@ -1,10 +1,14 @@
-"""Process details the stdlib leaves to the caller: parent-death signal, RSS, titles."""
+"""Process details the stdlib leaves to the caller: parent-death signal, RSS, titles, and
+forking safely beside threads."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
+import threading
+from collections.abc import Iterator
 
 from setproctitle import setproctitle
 
@@ -57,3 +61,30 @@ def describe_exit(status: int) -> str:
             name = f"signal {signum}"
         return f"killed by {name}"
     return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+# A process that forks while one of its threads is inside libpq, a DNS lookup or a
+# socket call can hand the child a lock that nobody will ever release: the child's
+# own first connection then hangs. The supervisor's threads do all such work while
+# holding this lock, and the loop forks only while it holds it.
+_quiet = threading.Lock()
+
+
+@contextlib.contextmanager
+def no_fork() -> Iterator[None]:
+    """Hold off forks while the block talks to the database or the network."""
+    with _quiet:
+        yield
+
+
+def fork_when_quiet(timeout: float) -> int | None:
+    """``os.fork()`` once no thread is inside a :func:`no_fork` block; None after ``timeout``.
+
+    The child continues with the lock released, like the parent.
+    """
+    if not _quiet.acquire(timeout=timeout):
+        return None
+    try:
+        return os.fork()
+    finally:
+        _quiet.release()

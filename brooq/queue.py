@@ -15,7 +15,8 @@ from brooq.engine.kinds import Handler, Registry
 from brooq.engine.periodic import check_schedule
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
-from brooq.postgres.store import PostgresStore, enqueue_on, enqueue_on_async
+from brooq.postgres.enqueue import enqueue_on_async
+from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
@@ -25,6 +26,7 @@ from brooq.vocabulary import (
     KindOptions,
     Schedule,
     coerce_duration,
+    holder_id,
 )
 
 H = TypeVar("H", bound=Handler)
@@ -48,15 +50,18 @@ class Queue:
     """A job queue over one PostgreSQL database (or any Store).
 
     ``source`` is a DSN, a psycopg_pool ConnectionPool, a psycopg Connection,
-    or a Store (such as ``brooq.testing.InMemoryStore`` in unit tests).
-    Constructing a Queue opens nothing: the first operation that needs the
-    database connects (invariant 9). A DSN gets one connection used under a
-    lock; give a pool to enqueue from many threads at once.
+    or a Store (such as ``brooq.testing.InMemoryStore`` in unit tests). With
+    no source the queue uses brooq's settings (``DATABASE_URL`` from the
+    environment, ``.env``, ``BROOQ_CONFIG`` or ``$CREDENTIALS_DIRECTORY``), read
+    on first use: the app and ``brooq supervise`` then share one source of
+    truth for the DSN. Constructing a Queue opens nothing: the first operation
+    that needs the database connects (invariant 9). A DSN gets one connection
+    used under a lock; give a pool to enqueue from many threads at once.
     """
 
     def __init__(
         self,
-        source: str | ConnectionPool | psycopg.Connection[Any] | Store,
+        source: str | ConnectionPool | psycopg.Connection[Any] | Store | None = None,
         *,
         notify: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
@@ -68,12 +73,50 @@ class Queue:
         self._code_defaults = defaults or KindOptions()
         self.registry = Registry(defaults) if defaults else Registry()
         self.schedules: list[Schedule] = []
+        self._store: Store | None = None
         if isinstance(source, str | ConnectionPool | psycopg.Connection):
-            self.store: Store = PostgresStore(
-                source, notify=notify, max_payload_bytes=max_payload_bytes
-            )
-        else:
-            self.store = source
+            self._store = PostgresStore(source, notify=notify, max_payload_bytes=max_payload_bytes)
+        elif source is not None:
+            self._store = source
+
+    @classmethod
+    def from_settings(cls, **options: Any) -> Queue:
+        """A Queue on ``DATABASE_URL`` from brooq's settings (the same as ``Queue()``).
+
+        Raises ConfigError now when the settings are invalid or name no database.
+        """
+        queue = cls(**options)
+        queue.dsn()
+        return queue
+
+    def dsn(self) -> str | None:
+        """The DSN this queue connects with: its own, or DATABASE_URL from the settings.
+
+        None when it was given a pool, a connection or a store.
+        """
+        if isinstance(self.source, str):
+            return self.source
+        if self.source is not None:
+            return None
+        from brooq.config import ConfigError, load_settings
+
+        settings = load_settings()
+        if not settings.database_url:
+            raise ConfigError([
+                "DATABASE_URL: not set; the Queue() without a DSN reads it from the "
+                "environment, .env, BROOQ_CONFIG or $CREDENTIALS_DIRECTORY/database-url"
+            ])
+        return settings.database_url
+
+    @property
+    def store(self) -> Store:
+        """The store jobs are written to (built from the settings on first use if needed)."""
+        if self._store is None:
+            dsn = self.dsn()
+            assert dsn is not None
+            self._store = PostgresStore(dsn, notify=self.notify,
+                                        max_payload_bytes=self.max_payload_bytes)
+        return self._store
 
     def kind(self, topic: str, **options: Any) -> Callable[[H], H]:
         """Decorator registering a handler for ``topic`` with KindOptions fields.
@@ -137,18 +180,13 @@ class Queue:
         for job in jobs:
             if not isinstance(job, Job):
                 raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
-        if conn is not None and isinstance(self.store, PostgresStore):
-            return enqueue_on(conn, jobs, notify=self.notify,
-                              max_payload_bytes=self.max_payload_bytes)
-        return self.store.enqueue_many(jobs)
+        return self.store.enqueue_many(jobs, conn)
 
     async def enqueue_async(
         self, job: Job, *, conn: psycopg.AsyncConnection[Any]
     ) -> Enqueued:
         """Enqueue one job on an asyncio connection, in its open transaction."""
-        results = await enqueue_on_async(conn, [job], notify=self.notify,
-                                         max_payload_bytes=self.max_payload_bytes)
-        return results[0]
+        return (await self.store.enqueue_many_async([job], conn))[0]
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a job; True if canceled now, False if already terminal; JobNotFound if unknown.
@@ -172,7 +210,7 @@ class Queue:
         them. Soft attempt timeouts apply when called from the main thread.
         """
         runner = SlotRunner(
-            self.store, self.registry, holder=f"drain:{_host_pid()}",
+            self.store, self.registry, holder=holder_id(),
             lease=coerce_duration(lease, name="lease"), topics=topics,
         )
         drained = Drained()
@@ -189,16 +227,9 @@ class Queue:
 
     def close(self) -> None:
         """Close the connection the queue opened itself (a given pool or connection stays open)."""
-        close = getattr(self.store, "close", None)
+        close = getattr(self._store, "close", None)
         if close is not None:
             close()
-
-
-def _host_pid() -> str:
-    import os
-    import socket
-
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 async def enqueue_async(

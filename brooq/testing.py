@@ -1,9 +1,13 @@
 """Helpers for users' unit tests: an in-memory store with the real store's semantics.
 
 ``brooq.Queue(brooq.testing.InMemoryStore())`` runs handlers through
-``queue.drain()`` without a database.
+``queue.drain()`` without a database. Settle hooks (``claim.on_succeeded``)
+get a :class:`RecordingConnection`: its ``execute(sql, params)`` runs nothing
+and records the statement, which ``store.executed`` lists once the settle
+commits. ``enqueue(conn=...)`` and ``enqueue_async`` need a real database and
+raise :class:`brooq.NeedsDatabase` here.
 """
 
-from brooq.engine.fake import FakeTransaction, InMemoryStore
+from brooq.engine.fake import Executed, InMemoryStore, RecordingConnection
 
-__all__ = ["FakeTransaction", "InMemoryStore"]
+__all__ = ["Executed", "InMemoryStore", "RecordingConnection"]

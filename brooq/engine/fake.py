@@ -1,21 +1,26 @@
 """An in-memory Store with the PostgreSQL store's semantics, for unit tests.
 
 The same contract tests and state machine run against this fake and the real
-store, so what passes here is known to hold there. Time comes from an
-injectable clock, so tests can expire leases without sleeping.
+store, so what passes here is known to hold there. Where the fake cannot
+behave like PostgreSQL it fails loudly instead of pretending: it cannot join
+a caller's transaction (``enqueue(conn=…)``), and settle hooks get a
+:class:`RecordingConnection` that records each statement instead of running
+it. Time comes from an injectable clock, so tests can expire leases without
+sleeping.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
-from brooq.engine.store import Claimed, SettleHookFailed, Ticket, TopicCount
+from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
     TERMINAL_STATES,
@@ -23,6 +28,7 @@ from brooq.vocabulary import (
     Job,
     JobNotFound,
     JobRecord,
+    NeedsDatabase,
     Schedule,
     SettleHook,
     State,
@@ -33,16 +39,45 @@ from brooq.vocabulary import (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """One statement a settle hook ran on the fake's connection."""
+
+    sql: str
+    params: Any = None
+
+
 @dataclass
-class FakeTransaction:
-    """What a settle hook receives from the fake store in place of a connection."""
+class FakeCursor:
+    """What ``RecordingConnection.execute`` returns: no rows, like a write."""
 
-    store: InMemoryStore
-    effects: list[Any]
+    rowcount: int = 0
 
-    def record(self, effect: Any) -> None:
-        """Keep ``effect``; it becomes visible in ``store.effects`` only on commit."""
-        self.effects.append(effect)
+    def fetchone(self) -> None:
+        """No row: the fake runs no SQL."""
+        return None
+
+    def fetchall(self) -> list[Any]:
+        """No rows: the fake runs no SQL."""
+        return []
+
+
+@dataclass
+class RecordingConnection:
+    """What a settle hook receives from the in-memory store in place of a connection.
+
+    ``execute(sql, params)`` records the statement (it runs nothing); what a
+    settle's hooks recorded reaches ``store.executed`` only if the settle
+    commits, so a failing hook leaves nothing behind, as a rolled-back
+    transaction would.
+    """
+
+    executed: list[Executed] = field(default_factory=list)
+
+    def execute(self, sql: str, params: Any = None) -> FakeCursor:
+        """Record ``sql`` with ``params``."""
+        self.executed.append(Executed(sql, params))
+        return FakeCursor()
 
 
 class InMemoryStore:
@@ -50,7 +85,8 @@ class InMemoryStore:
 
     def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
         self.rows: dict[str, JobRecord] = {}
-        self.effects: list[Any] = []
+        self.executed: list[Executed] = []
+        """Statements that committed settle hooks ran on their RecordingConnection."""
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.RLock()
 
@@ -59,30 +95,38 @@ class InMemoryStore:
         return self._clock()
 
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
-        """Insert jobs, deduplicating per (topic, idempotency_key)."""
+        """Insert jobs, deduplicating per (topic, idempotency_key).
+
+        ``conn`` is refused: the fake has no transaction of yours to join, and
+        silently committing would hide a rollback your code relies on.
+        """
+        if conn is not None:
+            raise NeedsDatabase(
+                "the in-memory store cannot enqueue inside your database transaction "
+                "(conn=...); test that path against PostgreSQL (brooq.Queue(dsn)), or enqueue "
+                "without conn= here"
+            )
         with self._lock:
             return [self._enqueue_one(job) for job in jobs]
+
+    async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
+        """Refused: the in-memory store has no asyncio transaction to join."""
+        raise NeedsDatabase(
+            "the in-memory store cannot enqueue on an asyncio connection (enqueue_async); "
+            "test that path against PostgreSQL (brooq.Queue(dsn))"
+        )
 
     def _enqueue_one(self, job: Job) -> Enqueued:
         if job.idempotency_key is not None:
             for row in self.rows.values():
                 if row.topic == job.topic and row.idempotency_key == job.idempotency_key:
-                    return Enqueued(row.id, False)
+                    return Enqueued(row.id, False, row.state)
         now = self.now()
         row = JobRecord(
-            id=new_job_id(),
-            topic=job.topic,
-            payload=decode_payload(encode_payload(job.payload)),
-            state=State.PENDING,
-            attempts=0,
-            available_at=job.available_at or now,
-            locked_by=None,
-            locked_until=None,
-            idempotency_key=job.idempotency_key,
-            priority=job.priority,
-            last_error=None,
-            created_at=now,
-            updated_at=now,
+            id=new_job_id(), topic=job.topic, payload=decode_payload(encode_payload(job.payload)),
+            state=State.PENDING, attempts=0, available_at=job.available_at or now,
+            locked_by=None, locked_until=None, idempotency_key=job.idempotency_key,
+            priority=job.priority, last_error=None, created_at=now, updated_at=now,
         )
         self.rows[row.id] = row
         return Enqueued(row.id, True)
@@ -92,46 +136,39 @@ class InMemoryStore:
         limits: Mapping[str, int] | None = None,
     ) -> Claimed | None:
         """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
-        return self._claim(holder, topics, lease, limits)
+        claimed = self.claim_many(holder, topics, lease, 1, limits)
+        return claimed[0] if claimed else None
 
-    def _claim(
-        self, holder: str, topics: Sequence[str], lease: timedelta,
-        limits: Mapping[str, int] | None = None, skip: str | None = None,
-    ) -> Claimed | None:
+    def claim_many(
+        self, holder: str, topics: Sequence[str], lease: timedelta, limit: int,
+        limits: Mapping[str, int] | None = None,
+    ) -> list[Claimed]:
+        """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits``."""
         with self._lock:
-            now = self.now()
-            limits = limits or {}
+            now, limits = self.now(), limits or {}
             running = Counter(r.topic for r in self.rows.values() if r.state is State.PROCESSING)
-            ready = [
-                r for r in self.rows.values()
-                if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
-                and r.id != skip
-                and (r.topic not in limits or running[r.topic] < limits[r.topic])
-            ]
-            if not ready:
-                return None
-            row = min(ready, key=lambda r: (-r.priority, r.available_at, r.id))
-            row = replace(
-                row, state=State.PROCESSING, locked_by=holder, locked_until=now + lease,
-                attempts=row.attempts + 1, updated_at=now,
+            ready = sorted(
+                (r for r in self.rows.values()
+                 if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics),
+                key=lambda r: (-r.priority, r.available_at, r.id),
             )
-            self.rows[row.id] = row
-            assert row.locked_until is not None
-            return Claimed(Ticket(row.id, holder, row.attempts), row.topic, row.payload,
-                           row.locked_until)
+            out: list[Claimed] = []
+            for row in ready:
+                if len(out) >= limit:
+                    break
+                if row.topic in limits and running[row.topic] >= limits[row.topic]:
+                    continue
+                running[row.topic] += 1
+                out.append(self._take(row, holder, lease, now))
+            return out
 
-    def settle_and_claim(
-        self, ticket: Ticket, outcome: Outcome, topics: Sequence[str], lease: timedelta,
-    ) -> tuple[bool, Claimed | None]:
-        """Settle, then claim, atomically.
-
-        Like PostgreSQL's single statement, the claim never takes back the row
-        just settled: it was still processing in the statement's snapshot.
-        """
-        with self._lock:
-            written = self.settle(ticket, outcome)
-            skip = ticket.job_id if written else None
-            return written, self._claim(ticket.holder, topics, lease, skip=skip)
+    def _take(self, row: JobRecord, holder: str, lease: timedelta, now: datetime) -> Claimed:
+        row = replace(row, state=State.PROCESSING, locked_by=holder, locked_until=now + lease,
+                      attempts=row.attempts + 1, updated_at=now)
+        self.rows[row.id] = row
+        return Claimed(Ticket(row.id, holder, row.attempts), row.topic,
+                       json.dumps(row.payload, ensure_ascii=False), now + lease,
+                       row.expirations, row.priority, row.available_at)
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """The latest available_at among rows keyed by ``schedule``."""
@@ -160,34 +197,49 @@ class InMemoryStore:
             row = self._held(ticket)
             if row is None or outcome.kind is SettleKind.ABANDON:
                 return False
-            now = self.now()
-            changes: dict[str, Any] = {"state": outcome.state, "updated_at": now}
-            if outcome.error is not None:
-                changes["last_error"] = outcome.error
-            if outcome.refund_attempt:
-                changes["attempts"] = max(row.attempts - 1, 0)
-            if outcome.kind is SettleKind.FAILED:
-                changes["available_at"] = now + (outcome.retry_in or timedelta(0))
             if outcome.kind is SettleKind.DONE:
                 self._run_hooks(chain, hooks)
-            self.rows[row.id] = replace(row, **changes)
+            self.rows[row.id] = self._settled(row, outcome)
             return True
 
+    def _settled(self, row: JobRecord, outcome: Outcome) -> JobRecord:
+        now = self.now()
+        changes: dict[str, Any] = {"state": outcome.state, "updated_at": now}
+        if outcome.error is not None:
+            changes["last_error"] = outcome.error
+            changes["last_traceback"] = outcome.traceback
+        if outcome.refund_attempt:
+            changes["attempts"] = max(row.attempts - 1, row.expirations)
+        if outcome.kind is SettleKind.FAILED:
+            changes["available_at"] = now + (outcome.retry_in or timedelta(0))
+        return replace(row, **changes)
+
+    def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
+        """Write plain outcomes; the ids of the rows still held (and now written)."""
+        with self._lock:
+            written = set()
+            for ticket, outcome in settles:
+                row = self._held(ticket)
+                if row is not None and outcome.kind is not SettleKind.ABANDON:
+                    self.rows[row.id] = self._settled(row, outcome)
+                    written.add(row.id)
+            return written
+
     def _run_hooks(self, chain: Sequence[Job], hooks: Sequence[SettleHook]) -> None:
-        tx = FakeTransaction(self, [])
+        conn = RecordingConnection()
         saved = dict(self.rows)
         try:
             for job in chain:
                 self._enqueue_one(job)
             for hook in hooks:
-                hook(tx)
+                hook(conn)
         except BaseException as exc:
             # Like the real transaction: any exception rolls back what the hooks wrote.
             self.rows = saved
             if not isinstance(exc, Exception):
                 raise
-            raise SettleHookFailed(str(exc)) from exc
-        self.effects.extend(tx.effects)
+            raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
+        self.executed.extend(conn.executed)
 
     def heartbeat(self, tickets: Sequence[Ticket], lease: timedelta) -> set[str]:
         """Extend the leases still held by their tickets."""
@@ -203,32 +255,48 @@ class InMemoryStore:
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held rows to pending and give back their attempt."""
         with self._lock:
-            released = set()
-            now = self.now()  # one statement in PostgreSQL: one now() for every row
-            for ticket in tickets:
-                row = self._held(ticket)
-                if row is not None:
-                    self.rows[row.id] = replace(
-                        row, state=State.PENDING, attempts=max(row.attempts - 1, 0),
-                        locked_by=None, locked_until=None, available_at=now, updated_at=now,
-                    )
-                    released.add(row.id)
-            return released
+            return {row.id for t in tickets if (row := self._held(t)) and self._give_back(row)}
 
-    def requeue_expired(self) -> list[TopicCount]:
-        """Return expired processing rows to pending; attempts untouched."""
+    def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
+        """Give back every row ``holder`` holds that is not in ``known``."""
+        with self._lock:
+            keep = set(known)
+            return {row.id for row in list(self.rows.values())
+                    if row.state is State.PROCESSING and row.locked_by == holder
+                    and row.id not in keep and self._give_back(row)}
+
+    def _give_back(self, row: JobRecord) -> bool:
+        now = self.now()  # one statement in PostgreSQL: one now() for every row
+        self.rows[row.id] = replace(
+            row, state=State.PENDING, attempts=max(row.attempts - 1, row.expirations),
+            locked_by=None, locked_until=None, available_at=now, updated_at=now,
+        )
+        return True
+
+    def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
+        """Return expired processing rows to pending, counting the expiry; dead at the max."""
         with self._lock:
             now = self.now()
-            counts: dict[str, int] = {}
-            for row in list(self.rows.values()):
-                if (row.state is State.PROCESSING and row.locked_until is not None
-                        and row.locked_until < now):
+            expired = sorted((r for r in self.rows.values()
+                              if r.state is State.PROCESSING and r.locked_until is not None
+                              and r.locked_until < now), key=lambda r: r.locked_until or now)
+            pending: Counter[str] = Counter()
+            dead: Counter[str] = Counter()
+            for row in expired[:batch]:
+                count = row.expirations + 1
+                if max_expirations and count >= max_expirations:
                     self.rows[row.id] = replace(
-                        row, state=State.PENDING, locked_by=None, locked_until=None,
-                        available_at=now, updated_at=now,
+                        row, state=State.DEAD, expirations=count, locked_until=None,
+                        available_at=now, updated_at=now, last_error=expired_text(count, row),
                     )
-                    counts[row.topic] = counts.get(row.topic, 0) + 1
-            return [TopicCount(t, n) for t, n in sorted(counts.items())]
+                    dead[row.topic] += 1
+                else:
+                    self.rows[row.id] = replace(
+                        row, state=State.PENDING, expirations=count, locked_by=None,
+                        locked_until=None, available_at=now, updated_at=now,
+                    )
+                    pending[row.topic] += 1
+            return Requeued(_counts(pending), _counts(dead))
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
         """Delete up to ``batch`` terminal rows older than ``ttl``, oldest first."""
@@ -241,11 +309,9 @@ class InMemoryStore:
                  if r.state in TERMINAL_STATES and r.updated_at < cutoff),
                 key=lambda r: r.updated_at,
             )[:batch]
-            counts: dict[str, int] = {}
             for row in old:
                 del self.rows[row.id]
-                counts[row.topic] = counts.get(row.topic, 0) + 1
-            return [TopicCount(t, n) for t, n in sorted(counts.items())]
+            return _counts(Counter(row.topic for row in old))
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a non-terminal job; False when it is already terminal."""
@@ -272,3 +338,13 @@ class InMemoryStore:
                 return self.rows[key]
             except KeyError:
                 raise JobNotFound(f"no job with id {key}") from None
+
+
+def expired_text(count: int, row: JobRecord) -> str:
+    """last_error of a job the reaper moved to dead (the same text PostgreSQL writes)."""
+    return (f"lease expired {count} times: its holder died every time it ran "
+            f"(last holder {row.locked_by}); the job may be killing its host")
+
+
+def _counts(counter: Counter[str]) -> list[TopicCount]:
+    return [TopicCount(t, n) for t, n in sorted(counter.items())]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +23,7 @@ from brooq.vocabulary import (
 )
 
 LAST_ERROR_MAX_CHARS = 2000
+LAST_TRACEBACK_MAX_CHARS = 16_000
 
 
 class SettleKind(StrEnum):
@@ -41,8 +43,9 @@ class Outcome:
 
     ``retry_in`` is set for FAILED; ``refund_attempt`` undoes the charge of
     this attempt (PreserveAttempt); ``error`` goes into ``last_error``;
-    ``label`` names the outcome for logs and metrics (done, failed, dead,
-    canceled, delayed, preserved, abandoned).
+    ``traceback`` goes into ``last_traceback``; ``label`` names the outcome
+    for logs and metrics (done, failed, dead, canceled, delayed, preserved,
+    abandoned).
     """
 
     kind: SettleKind
@@ -50,6 +53,7 @@ class Outcome:
     retry_in: timedelta | None = None
     refund_attempt: bool = False
     error: str | None = None
+    traceback: str | None = None
 
     @property
     def state(self) -> State | None:
@@ -60,23 +64,54 @@ class Outcome:
 DONE = Outcome(SettleKind.DONE, "done")
 
 
+def safe_text(text: str) -> str:
+    """``text`` that PostgreSQL and any log can take: lone surrogates as ``\\udcff``,
+    NUL as ``\\0``."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\0")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with an ellipsis."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def clean_reason(reason: str) -> str:
-    """A cancel reason as every store writes it: NUL escaped (PostgreSQL rejects it),
-    at most LAST_ERROR_MAX_CHARS."""
-    return reason.replace("\x00", "\\0")[:LAST_ERROR_MAX_CHARS]
+    """A cancel reason as every store writes it: safe text, at most LAST_ERROR_MAX_CHARS."""
+    return bounded(safe_text(reason), LAST_ERROR_MAX_CHARS)
 
 
 def describe_error(error: BaseException) -> str:
-    """``Type: message``, bounded to LAST_ERROR_MAX_CHARS, for the ``last_error`` column."""
+    """``Type: message``, bounded to LAST_ERROR_MAX_CHARS, for the ``last_error`` column.
+
+    Never raises: an exception whose ``__str__`` fails (even with a
+    BaseException) is described by its type alone.
+    """
     try:
         message = str(error).strip()
-    except Exception:  # a broken __str__ must not turn a failure into a crash
+    except BaseException:  # a broken __str__ must not turn a failure into a crash
         message = "<exception str() failed>"
-    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    text = text.replace("\x00", "\\0")
-    if len(text) > LAST_ERROR_MAX_CHARS:
-        text = text[: LAST_ERROR_MAX_CHARS - 1] + "…"
-    return text
+    name = type(error).__name__
+    return bounded(safe_text(f"{name}: {message}" if message else name), LAST_ERROR_MAX_CHARS)
+
+
+def format_traceback(error: BaseException) -> str | None:
+    """The traceback of ``error`` (its chain included), bounded, for ``last_traceback``."""
+    if error.__traceback__ is None and error.__cause__ is None and error.__context__ is None:
+        return None
+    try:
+        text = "".join(traceback.format_exception(error))
+    except BaseException:
+        return None
+    # Keep the end: the innermost frames say where it failed.
+    if len(text) > LAST_TRACEBACK_MAX_CHARS:
+        text = "…" + text[-(LAST_TRACEBACK_MAX_CHARS - 1):]
+    return safe_text(text)
 
 
 def decide(
@@ -93,26 +128,24 @@ def decide(
     base = options.backoff_base or timedelta(seconds=1)
     cap = options.backoff_max or base
     last = attempt >= max_attempts
+    error_text, trace = describe_error(signal), format_traceback(error)
     match signal:
         case LeaseLost() | JobCanceledWhileRunning():
-            return Outcome(SettleKind.ABANDON, "abandoned", error=describe_error(signal))
+            return Outcome(SettleKind.ABANDON, "abandoned", error=error_text)
         case CancelJob():
-            return Outcome(SettleKind.CANCELED, "canceled", error=describe_error(signal))
+            return Outcome(SettleKind.CANCELED, "canceled", error=error_text, traceback=trace)
         case PreserveAttempt():
             delay = backoff(attempt, base, cap, rand)
-            return Outcome(
-                SettleKind.FAILED, "preserved", delay, refund_attempt=True,
-                error=describe_error(signal),
-            )
+            return Outcome(SettleKind.FAILED, "preserved", delay, refund_attempt=True,
+                           error=error_text, traceback=trace)
         case Delay() if not last:
-            return Outcome(
-                SettleKind.FAILED, "delayed", min(signal.delay, cap), error=describe_error(signal)
-            )
+            return Outcome(SettleKind.FAILED, "delayed", min(signal.delay, cap),
+                           error=error_text, traceback=trace)
         case _ if last:
-            return Outcome(SettleKind.DEAD, "dead", error=describe_error(signal))
+            return Outcome(SettleKind.DEAD, "dead", error=error_text, traceback=trace)
         case _:
-            delay = backoff(attempt, base, cap, rand)
-            return Outcome(SettleKind.FAILED, "failed", delay, error=describe_error(signal))
+            return Outcome(SettleKind.FAILED, "failed", backoff(attempt, base, cap, rand),
+                           error=error_text, traceback=trace)
 
 
 def crash_outcome(reason: str, attempt: int, options: KindOptions) -> Outcome:

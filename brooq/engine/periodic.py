@@ -165,8 +165,3 @@ class PeriodicScheduler:
             if latest is not None:
                 self._seen[schedule.name] = latest  # only forward: _due returns newer ones
         return done
-
-    def next_runs(self, now: datetime | None = None) -> list[tuple[Schedule, datetime]]:
-        """Each schedule with its next run time after ``now`` (for ``brooq status``)."""
-        now = now or datetime.now(UTC)
-        return [(schedule, next_run(schedule, now)) for schedule in self.schedules]

@@ -39,7 +39,11 @@ class Retention:
         return self.ttl > timedelta(0)
 
     def run_once(self) -> list[TopicCount]:
-        """Delete batches until one comes back short, at most ``max_batches``; warn on backlog."""
+        """Delete batches until one comes back short, at most ``max_batches``; warn on backlog.
+
+        A backlog makes the next tick due at once, so a caller that sets
+        ``max_batches`` to 1 spreads a large deletion over its ticks.
+        """
         if not self.enabled:
             return []
         deleted: list[TopicCount] = []
@@ -50,9 +54,11 @@ class Retention:
                 self.backlog = False
                 break
         else:
+            if not self.backlog:  # once per backlog, not once per tick while it lasts
+                log.warning("retention backlog: more terminal rows remain; the next ticks go on",
+                            extra={"event": "RetentionBacklog", "batches": self.max_batches})
             self.backlog = True
-            log.warning("retention backlog: more terminal rows remain; the next tick goes on",
-                        extra={"event": "RetentionBacklog", "batches": self.max_batches})
+            self.every.hurry()
         merged = merge_counts(deleted)
         if merged:
             log.info("RetentionDeleted", extra={"event": "RetentionDeleted",

@@ -6,6 +6,7 @@ implements it for unit tests. One contract suite runs against both.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,8 +20,16 @@ class SettleHookFailed(Exception):
     """A chain or on_succeeded hook raised inside the settle transaction, which rolled back."""
 
 
+class PayloadUndecodable(Exception):
+    """A claimed job's payload is JSON that Python cannot decode (too deep, too long a number)."""
+
+
 class Ticket(NamedTuple):
-    """The fencing token of one attempt: every write about it is guarded by all three."""
+    """The fencing token of one attempt: every write about it is guarded by all three.
+
+    ``attempt`` is the row's ``attempts`` after the claim (times taken, lease
+    expiries included), not the charged attempt number a handler sees.
+    """
 
     job_id: str
     holder: str
@@ -29,12 +38,20 @@ class Ticket(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A job the store just handed to ``ticket.holder``."""
+    """A job the store just handed to ``ticket.holder``.
+
+    ``payload_text`` is the JSON as stored; :attr:`payload` decodes it where
+    the handler runs (a payload Python cannot decode is that job's problem,
+    never the claimer's).
+    """
 
     ticket: Ticket
     topic: str
-    payload: Any
+    payload_text: str
     locked_until: datetime
+    expirations: int = 0
+    priority: int = 0
+    available_at: datetime | None = None
 
     @property
     def id(self) -> str:
@@ -43,8 +60,18 @@ class Claimed:
 
     @property
     def attempt(self) -> int:
-        """The attempt number, from 1, already charged."""
-        return self.ticket.attempt
+        """The charged attempt number, from 1: times taken less lease expiries."""
+        return self.ticket.attempt - self.expirations
+
+    @property
+    def payload(self) -> Any:
+        """The decoded payload; PayloadUndecodable when Python cannot decode it."""
+        try:
+            return json.loads(self.payload_text)
+        except (ValueError, RecursionError) as exc:
+            # Python refuses integers of more than 4,300 digits and nesting past the
+            # recursion limit, both of which jsonb stores happily.
+            raise PayloadUndecodable(f"payload cannot be decoded: {str(exc)[:200]}") from None
 
 
 class TopicCount(NamedTuple):
@@ -54,29 +81,55 @@ class TopicCount(NamedTuple):
     rows: int
 
 
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """What one reaper pass did: rows back to pending, rows dead after too many expiries."""
+
+    pending: list[TopicCount]
+    dead: list[TopicCount]
+
+    @property
+    def total(self) -> int:
+        """Rows the pass touched."""
+        return sum(n for _, n in self.pending) + sum(n for _, n in self.dead)
+
+
 class Store(Protocol):
     """Persistence of jobs. Every write about an attempt is fenced by its Ticket."""
 
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
-        """Insert jobs (idempotent per topic and key); in ``conn``'s transaction if given."""
+        """Insert jobs (idempotent per topic and key); in ``conn``'s transaction if given.
+
+        A store that cannot write in a caller's transaction (the in-memory
+        one) raises TypeError for a ``conn`` rather than ignoring it.
+        """
+        ...
+
+    async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
+        """Insert jobs in ``conn``'s (a psycopg AsyncConnection) open transaction.
+
+        A store without such transactions (the in-memory one) raises NeedsDatabase.
+        """
         ...
 
     def claim(
         self, holder: str, topics: Sequence[str], lease: timedelta,
         limits: Mapping[str, int] | None = None,
     ) -> Claimed | None:
-        """Take the next ready job of ``topics`` for ``holder``, charging one attempt.
-
-        Highest priority first, then ``available_at``, then enqueue order. A
-        topic in ``limits`` is claimed only while fewer than its limit of its
-        jobs are processing (everywhere, not just here).
-        """
+        """Take the next ready job of ``topics`` for ``holder`` (claim_many of one)."""
         ...
 
-    def settle_and_claim(
-        self, ticket: Ticket, outcome: Outcome, topics: Sequence[str], lease: timedelta,
-    ) -> tuple[bool, Claimed | None]:
-        """settle (no chain/hooks) and claim (no limits) in one transaction."""
+    def claim_many(
+        self, holder: str, topics: Sequence[str], lease: timedelta, limit: int,
+        limits: Mapping[str, int] | None = None,
+    ) -> list[Claimed]:
+        """Take up to ``limit`` ready jobs of ``topics`` for ``holder``, charging one attempt each.
+
+        Highest priority first, then ``available_at``, then enqueue order; the
+        result is in that order. A topic in ``limits`` is claimed only while
+        fewer than its limit of its jobs are processing (everywhere, not just
+        here), and never beyond it.
+        """
         ...
 
     def settle(
@@ -92,16 +145,32 @@ class Store(Protocol):
         """
         ...
 
+    def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
+        """Write plain outcomes (no chain or hooks) in one statement; the ids written.
+
+        An id missing from the result was no longer held (lease lost): a
+        normal result, never an error.
+        """
+        ...
+
     def heartbeat(self, tickets: Sequence[Ticket], lease: timedelta) -> set[str]:
-        """Extend the leases still held; return the ids whose lease was extended."""
+        """Extend the leases still held (to the database's now + ``lease``); the ids extended."""
         ...
 
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held jobs to ``pending`` giving back their attempt (shutdown, not failure)."""
         ...
 
-    def requeue_expired(self) -> list[TopicCount]:
-        """Return rows whose lease expired to ``pending`` without touching ``attempts``."""
+    def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
+        """Give back, uncharged, every row ``holder`` holds whose id is not in ``known``."""
+        ...
+
+    def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
+        """Return at most ``batch`` rows whose lease expired to ``pending``.
+
+        ``attempts`` is untouched and ``expirations`` counted; a row reaching
+        ``max_expirations`` (0: never) goes ``dead`` instead.
+        """
         ...
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:

@@ -1,44 +1,52 @@
-"""Where the store's connections come from: a DSN, a pool, or one given connection."""
+"""Where the adapter's connections come from: a DSN, a pool, or one given connection."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
+import socket
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.vocabulary import StoreUnavailable
 
-_PASSWORD_URL_RE = re.compile(r"(://[^:/@]*:)[^@]*@")
-_PASSWORD_KV_RE = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
-
-def redact(text: str) -> str:
-    """``text`` with any DSN password replaced by ``***``."""
-    return _PASSWORD_KV_RE.sub(r"\1***", _PASSWORD_URL_RE.sub(r"\1***@", text))
+def _password(conninfo: str | None) -> str | None:
+    if not conninfo:
+        return None
+    try:
+        value = psycopg.conninfo.conninfo_to_dict(conninfo).get("password")
+    except psycopg.Error:
+        return None
+    return None if value is None else str(value)
 
 
 def unavailable(exc: BaseException, conninfo: str | None = None) -> StoreUnavailable:
     """A StoreUnavailable for ``exc`` whose message can never carry the password."""
-    if isinstance(exc, psycopg.ProgrammingError) and "connection info" in str(exc):
+    if isinstance(exc, psycopg.ProgrammingError) and (
+        "connection info" in str(exc) or "conninfo" in str(exc) or "percent" in str(exc)
+    ):
         # libpq quotes the part of the DSN it could not parse: it may be the password.
-        return StoreUnavailable("database unavailable: the connection string is malformed "
-                                "(value hidden); check DATABASE_URL")
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    message = redact(first)
-    if conninfo:
-        try:
-            pw = psycopg.conninfo.conninfo_to_dict(conninfo).get("password")
-        except psycopg.Error:
-            pw = None
-        if pw:
-            message = message.replace(str(pw), "***")
-    return StoreUnavailable(f"database unavailable: {message}")
+        return StoreUnavailable(f"database unavailable: {MALFORMED}")
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return StoreUnavailable(f"database unavailable: {scrub(first, [_password(conninfo)])}")
+
+
+def check_conninfo(conninfo: str) -> None:
+    """Raise StoreUnavailable ("malformed (value hidden)") unless libpq can parse ``conninfo``."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(conninfo)
+    except psycopg.Error:
+        raise StoreUnavailable(f"database unavailable: {MALFORMED}") from None
 
 
 # A silent network (packets dropped, not refused) must not hang a worker or the
@@ -63,26 +71,54 @@ def resilient(conninfo: str) -> dict[str, Any]:
     return {k: v for k, v in RESILIENCE.items() if k not in given}
 
 
-def connect(conninfo: str, **kwargs: Any) -> psycopg.Connection[Any]:
-    """Open one autocommit connection; StoreUnavailable (password-free) when it fails."""
+def connect(
+    conninfo: str, *, statement_timeout: timedelta | None = None, prepare: bool = True,
+    **kwargs: Any,
+) -> psycopg.Connection[Any]:
+    """Open one autocommit connection; StoreUnavailable (password-free) when it fails.
+
+    ``statement_timeout`` is set as a startup option (no session state to
+    keep). ``prepare=False`` turns off psycopg's server-side prepared
+    statements, which a transaction-pooling PgBouncer cannot keep.
+    """
+    check_conninfo(conninfo)
+    params = {**resilient(conninfo), **kwargs}
+    if statement_timeout is not None:
+        ms = max(1, int(statement_timeout.total_seconds() * 1000))
+        params["options"] = f"{params.get('options', '')} -c statement_timeout={ms}".strip()
     try:
-        return psycopg.connect(conninfo, autocommit=True, **{**resilient(conninfo), **kwargs})
+        conn = psycopg.connect(conninfo, autocommit=True, **params)
     except psycopg.Error as exc:
         raise unavailable(exc, conninfo) from None
+    if not prepare:
+        conn.prepare_threshold = None
+    return conn
+
+
+@dataclass(frozen=True)
+class Source:
+    """What a Connector connects to, and how."""
+
+    target: str | ConnectionPool | psycopg.Connection[Any]
+    statement_timeout: timedelta | None = None
+    prepare: bool = True
 
 
 class Connector:
     """Hands out a connection for one operation.
 
     From a DSN it keeps one lazily opened autocommit connection per
-    connector, reopened when broken (a worker slot needs no more). From a
-    pool it borrows. From a connection it uses that connection.
+    connector, closed and reopened after any error that leaves it unusable
+    (broken, or still busy because a handler closed its socket). From a pool
+    it borrows. From a connection it uses that connection.
     """
 
-    def __init__(self, source: str | ConnectionPool | psycopg.Connection[Any]) -> None:
-        self._conninfo = source if isinstance(source, str) else None
-        self._pool = source if isinstance(source, ConnectionPool) else None
-        self._given = source if isinstance(source, psycopg.Connection) else None
+    def __init__(self, source: Source | str | ConnectionPool | psycopg.Connection[Any]) -> None:
+        self.source = source if isinstance(source, Source) else Source(source)
+        target = self.source.target
+        self._conninfo = target if isinstance(target, str) else None
+        self._pool = target if isinstance(target, ConnectionPool) else None
+        self._given = target if isinstance(target, psycopg.Connection) else None
         self._own: psycopg.Connection[Any] | None = None
         self._own_pid = os.getpid()
         self._inherited: list[psycopg.Connection[Any]] = []
@@ -101,9 +137,14 @@ class Connector:
                 yield from self._in_transaction(self._given)
             else:
                 with self._lock:
-                    yield self._owned()
-        except psycopg.OperationalError as exc:
-            self._drop_broken()
+                    conn = self._owned()
+                    try:
+                        yield conn
+                    except BaseException:
+                        self._drop_if_unusable()
+                        raise
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self._drop_if_unusable()
             raise unavailable(exc, self._conninfo) from exc
 
     @staticmethod
@@ -125,12 +166,35 @@ class Connector:
         self._own_pid = os.getpid()
         if self._own is None or self._own.closed or self._own.broken:
             assert self._conninfo is not None
-            self._own = connect(self._conninfo)
+            self._own = connect(self._conninfo, statement_timeout=self.source.statement_timeout,
+                                prepare=self.source.prepare)
         return self._own
 
-    def _drop_broken(self) -> None:
-        if self._own is not None and (self._own.closed or self._own.broken):
+    def _drop_if_unusable(self) -> None:
+        conn = self._own
+        if conn is None or self._own_pid != os.getpid():
+            return
+        try:
+            idle = conn.info.transaction_status == TransactionStatus.IDLE
+        except Exception:
+            idle = False
+        if conn.closed or conn.broken or not idle:
+            with contextlib.suppress(Exception):
+                conn.close()
             self._own = None
+
+    def abort(self) -> None:
+        """Cut the owned connection from another thread (a statement that will not return).
+
+        Shuts its socket down so that the thread blocked in it gets an error at
+        once; the next operation opens a new connection.
+        """
+        conn = self._own
+        if conn is None or conn.closed:
+            return
+        with contextlib.suppress(OSError, psycopg.Error):
+            fd = conn.fileno()
+            socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Close the connection this connector opened itself (never a given one or a pool)."""

@@ -1,8 +1,43 @@
 -- brooq's SQL, all of it. Each statement is named by a `-- name:` line and
 -- loaded once by brooq/postgres/sql.py. Parameters are %(name)s placeholders.
+-- A piece written once and used by several statements is a `-- fragment:`;
+-- `{{fragment}}` in a statement is replaced by its text when the file loads.
 -- Every write about an attempt is guarded by state = 'processing', the holder
 -- and the attempt number (the fencing token): zero rows means the lease is
 -- lost, which is a normal result, never an error.
+
+-- fragment: ready
+-- A row that may be claimed now. Matches the partial index job_claim_idx.
+state IN ('pending', 'failed') AND available_at <= now()
+
+-- fragment: claim_order
+-- Highest priority first, then available_at, then enqueue order (UUIDv7 ids).
+priority DESC, available_at, id
+
+-- fragment: claim_set
+-- What a claim writes. The attempt is charged here (invariant 6).
+state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
+    attempts = attempts + 1, updated_at = now()
+
+-- fragment: claimed_columns
+-- What a claim returns. The payload stays text: it is decoded where the handler runs.
+id, topic, payload::text AS payload, attempts, expirations, locked_until, priority,
+    available_at
+
+-- fragment: held
+-- The fence of every write about one attempt: still processing, same holder, same attempt.
+state = 'processing' AND locked_by = %(holder)s AND attempts = %(attempt)s
+
+-- fragment: held_by_tickets
+-- The fence for many attempts at once, given as three arrays.
+FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
+     AS held(id, holder, attempt)
+WHERE job.id = held.id AND job.state = 'processing'
+  AND job.locked_by = held.holder AND job.attempts = held.attempt
+
+-- fragment: notify_forced
+-- A CTE nobody selects from is not run: counting its rows forces the NOTIFY.
+WHERE (SELECT count(*) FROM notified) >= 0
 
 -- name: enqueue_one
 -- One job. ON CONFLICT makes (topic, idempotency_key) idempotent; the caller
@@ -17,7 +52,7 @@ WITH inserted AS (
     SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
 )
 SELECT id FROM inserted
-WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
+{{notify_forced}}
 
 -- name: enqueue_many
 -- Many jobs from one JSON array parameter: PostgreSQL parses it faster than
@@ -34,50 +69,48 @@ WITH inserted AS (
     WHERE %(notify)s
 )
 SELECT id FROM inserted
-WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
+{{notify_forced}}
 
 -- name: existing_keys
 -- The rows that already held the idempotency keys an enqueue did not insert.
-SELECT job.topic, job.idempotency_key, job.id
+SELECT job.topic, job.idempotency_key, job.id, job.state
 FROM job
 JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_key)
   USING (topic, idempotency_key)
 
 -- name: claim_topic
--- The next ready job of one topic, highest priority first: one scan of
--- job_claim_idx. The attempt is charged here (invariant 6).
+-- Up to `limit` ready jobs of one topic: one scan of job_claim_idx.
 UPDATE job
-SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
-    attempts = attempts + 1, updated_at = now()
-WHERE id = (
+SET {{claim_set}}
+WHERE id = ANY(ARRAY(
     SELECT id FROM job
-    WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
-    ORDER BY priority DESC, available_at, id
-    LIMIT 1
+    WHERE {{ready}} AND topic = %(topic)s
+    ORDER BY {{claim_order}}
+    LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
-)
-RETURNING id, topic, payload, attempts, locked_until
+))
+RETURNING {{claimed_columns}}
 
 -- name: claim_topics
--- The next ready job of several topics: the head of each topic's index range
--- (one short scan per topic), then the best of those heads.
+-- Up to `limit` ready jobs of several topics: the head of each topic's index
+-- range (one short scan per topic), then the best of those heads. Rows locked
+-- by a head but not chosen are unlocked when the statement ends.
 UPDATE job
-SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
-    attempts = attempts + 1, updated_at = now()
-WHERE id = (
+SET {{claim_set}}
+WHERE id = ANY(ARRAY(
     SELECT head.id
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
         SELECT id, priority, available_at FROM job
-        WHERE state IN ('pending', 'failed') AND topic = served.topic AND available_at <= now()
-        ORDER BY priority DESC, available_at, id
-        LIMIT 1
+        WHERE {{ready}} AND topic = served.topic
+        ORDER BY {{claim_order}}
+        LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
     ) AS head
     ORDER BY head.priority DESC, head.available_at, head.id
-    LIMIT 1
-)
-RETURNING id, topic, payload, attempts, locked_until
+    LIMIT %(limit)s
+))
+RETURNING {{claimed_columns}}
 
 -- name: lock_topic
 -- Serialize the claims of one topic that has a max_running limit, until the
@@ -87,130 +120,101 @@ RETURNING id, topic, payload, attempts, locked_until
 SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0))
 
 -- name: claim_topic_limited
--- claim_topic, only while fewer than max_running jobs of the topic are in flight.
+-- claim_topic, at most as many as the topic's max_running leaves room for.
 UPDATE job
-SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
-    attempts = attempts + 1, updated_at = now()
-WHERE id = (
+SET {{claim_set}}
+WHERE id = ANY(ARRAY(
     SELECT id FROM job
-    WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
-      AND (SELECT count(*) FROM job AS running
-           WHERE running.state = 'processing' AND running.topic = %(topic)s) < %(max_running)s
-    ORDER BY priority DESC, available_at, id
-    LIMIT 1
+    WHERE {{ready}} AND topic = %(topic)s
+    ORDER BY {{claim_order}}
+    LIMIT GREATEST(0, LEAST(%(limit)s, %(max_running)s - (
+        SELECT count(*) FROM job AS running
+        WHERE running.state = 'processing' AND running.topic = %(topic)s)))
     FOR NO KEY UPDATE SKIP LOCKED
-)
-RETURNING id, topic, payload, attempts, locked_until
+))
+RETURNING {{claimed_columns}}
 
 -- name: settle
 -- Write the outcome of one attempt, if this holder still holds this attempt.
+-- A refund (PreserveAttempt) never takes attempts below the expirations.
 UPDATE job
 SET state = %(state)s,
-    attempts = GREATEST(attempts - %(refund)s, 0),
+    attempts = GREATEST(attempts - %(refund)s, expirations),
     available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s ELSE available_at END,
     last_error = COALESCE(%(error)s, last_error),
+    last_traceback = CASE WHEN %(error)s IS NULL THEN last_traceback ELSE %(traceback)s END,
     updated_at = now()
-WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s AND attempts = %(attempt)s
+WHERE id = %(id)s AND {{held}}
 
--- name: settle_and_claim_topic
--- settle, then claim_topic, in one statement and one commit: a busy worker
--- pays one WAL flush per job instead of two. The settled row is 'processing'
--- in the statement's snapshot, so the claim can never take it back.
-WITH settled AS (
-    UPDATE job
-    SET state = %(state)s,
-        attempts = GREATEST(attempts - %(refund)s, 0),
-        available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s
-                            ELSE available_at END,
-        last_error = COALESCE(%(error)s, last_error),
-        updated_at = now()
-    WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s
-      AND attempts = %(attempt)s
-    RETURNING 1
-), claimed AS (
-    UPDATE job
-    SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
-        attempts = attempts + 1, updated_at = now()
-    WHERE id = (
-        SELECT id FROM job
-        WHERE state IN ('pending', 'failed') AND topic = %(topic)s AND available_at <= now()
-        ORDER BY priority DESC, available_at, id
-        LIMIT 1
-        FOR NO KEY UPDATE SKIP LOCKED
-    )
-    RETURNING id, topic, payload, attempts, locked_until
-)
-SELECT (SELECT count(*) FROM settled) AS settled,
-       claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.locked_until
-FROM (SELECT 1) AS one LEFT JOIN claimed ON true
-
--- name: settle_and_claim_topics
--- settle_and_claim_topic for several topics (the claim of claim_topics).
-WITH settled AS (
-    UPDATE job
-    SET state = %(state)s,
-        attempts = GREATEST(attempts - %(refund)s, 0),
-        available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s
-                            ELSE available_at END,
-        last_error = COALESCE(%(error)s, last_error),
-        updated_at = now()
-    WHERE id = %(id)s AND state = 'processing' AND locked_by = %(holder)s
-      AND attempts = %(attempt)s
-    RETURNING 1
-), claimed AS (
-    UPDATE job
-    SET state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
-        attempts = attempts + 1, updated_at = now()
-    WHERE id = (
-        SELECT head.id
-        FROM unnest(%(topics)s::text[]) AS served(topic)
-        CROSS JOIN LATERAL (
-            SELECT id, priority, available_at FROM job
-            WHERE state IN ('pending', 'failed') AND topic = served.topic
-              AND available_at <= now()
-            ORDER BY priority DESC, available_at, id
-            LIMIT 1
-            FOR NO KEY UPDATE SKIP LOCKED
-        ) AS head
-        ORDER BY head.priority DESC, head.available_at, head.id
-        LIMIT 1
-    )
-    RETURNING id, topic, payload, attempts, locked_until
-)
-SELECT (SELECT count(*) FROM settled) AS settled,
-       claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.locked_until
-FROM (SELECT 1) AS one LEFT JOIN claimed ON true
+-- name: settle_many
+-- The completer: the outcomes of many attempts in one statement, each row
+-- fenced like `settle`. Rows not returned were no longer held (lease lost).
+UPDATE job
+SET state = o.state,
+    attempts = GREATEST(job.attempts - o.refund, job.expirations),
+    available_at = CASE WHEN o.state = 'failed'
+                        THEN now() + make_interval(secs => o.retry_s) ELSE job.available_at END,
+    last_error = COALESCE(o.error, job.last_error),
+    last_traceback = CASE WHEN o.error IS NULL THEN job.last_traceback ELSE o.traceback END,
+    updated_at = now()
+FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+     AS o(id uuid, holder text, attempt int, state text, refund int, retry_s float8,
+          error text, traceback text)
+WHERE job.id = o.id AND job.state = 'processing'
+  AND job.locked_by = o.holder AND job.attempts = o.attempt
+RETURNING job.id, job.topic, job.state
 
 -- name: heartbeat
 -- Extend every lease still held, in one statement whatever their number.
 UPDATE job
 SET locked_until = now() + %(lease)s
-FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
-     AS held(id, holder, attempt)
-WHERE job.id = held.id AND job.state = 'processing'
-  AND job.locked_by = held.holder AND job.attempts = held.attempt
-RETURNING job.id
+{{held_by_tickets}}
+RETURNING job.id, job.locked_until
 
 -- name: release
--- Give jobs back without charging their attempt: the supervisor stopped their
--- handlers (shutdown past its graceful timeout), not the jobs' own fault.
+-- Give jobs back without charging their attempt: they did not run, or the
+-- supervisor stopped their handlers (shutdown), not the jobs' own fault.
 UPDATE job
-SET state = 'pending', attempts = GREATEST(attempts - 1, 0), locked_by = NULL,
-    locked_until = NULL, available_at = now(), updated_at = now()
-FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
-     AS held(id, holder, attempt)
-WHERE job.id = held.id AND job.state = 'processing'
-  AND job.locked_by = held.holder AND job.attempts = held.attempt
+SET state = 'pending', attempts = GREATEST(job.attempts - 1, job.expirations),
+    locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
+{{held_by_tickets}}
 RETURNING job.id
+
+-- name: release_unknown
+-- After a round trip whose answer was lost (the connection broke mid-claim),
+-- rows this holder claimed but never heard of are given back, uncharged. The
+-- holder is unique per process start, so no other process's rows match.
+UPDATE job
+SET state = 'pending', attempts = GREATEST(attempts - 1, expirations),
+    locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
+WHERE state = 'processing' AND locked_by = %(holder)s AND NOT (id = ANY(%(known)s::uuid[]))
+RETURNING id
 
 -- name: requeue_expired
 -- The reaper: a lease ran out (the holder's host or supervisor died). Not a
--- failure, so attempts stay as they are; safe to run from many supervisors.
+-- failure: attempts stay as they are and expirations counts it. A job whose
+-- lease expired max_expirations times goes dead (it may be killing its host).
+-- At most `batch` rows a call, so no call holds the table for long.
 UPDATE job
-SET state = 'pending', locked_by = NULL, locked_until = NULL,
-    available_at = now(), updated_at = now()
-WHERE state = 'processing' AND locked_until < now()
-RETURNING topic
+SET state = CASE WHEN %(max_expirations)s > 0 AND expirations + 1 >= %(max_expirations)s
+                 THEN 'dead' ELSE 'pending' END,
+    expirations = expirations + 1,
+    last_error = CASE WHEN %(max_expirations)s > 0 AND expirations + 1 >= %(max_expirations)s
+                      THEN format('lease expired %%s times: its holder died every time it ran '
+                                  '(last holder %%s); the job may be killing its host',
+                                  expirations + 1, locked_by)
+                      ELSE last_error END,
+    locked_by = CASE WHEN %(max_expirations)s > 0 AND expirations + 1 >= %(max_expirations)s
+                     THEN locked_by END,
+    locked_until = NULL, available_at = now(), updated_at = now()
+WHERE id = ANY(ARRAY(
+    SELECT id FROM job
+    WHERE state = 'processing' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+)) AND state = 'processing' AND locked_until < now()
+RETURNING topic, state
 
 -- name: delete_terminal
 -- Retention: one batch of terminal rows older than the TTL, oldest first.
@@ -237,14 +241,32 @@ WITH canceled AS (
     SELECT pg_notify('brooq_cancel', id::text) FROM canceled
 )
 SELECT id FROM canceled
-WHERE (SELECT count(*) FROM notified) >= 0  -- forces the NOTIFY to run
+{{notify_forced}}
 
 -- name: get
 -- The fate of a job: one SELECT.
-SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, locked_until,
-       idempotency_key, last_error, created_at, updated_at
+SELECT id, topic, payload, state, attempts, expirations, priority, available_at, locked_by,
+       locked_until, idempotency_key, last_error, last_traceback, created_at, updated_at
 FROM job
 WHERE id = %(id)s
+
+-- name: last_scheduled_run
+-- When the latest run of a periodic schedule was enqueued (its available_at).
+SELECT max(available_at) FROM job
+WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+
+-- name: listen_jobs
+LISTEN brooq_job
+
+-- name: listen_cancels
+LISTEN brooq_cancel
+
+-- name: ping
+SELECT 1
+
+-- name: limit_statement_time
+-- Bounds the statements of the current transaction (admin reads at scrape time).
+SELECT set_config('statement_timeout', %(timeout)s, true)
 
 -- name: depth
 -- Rows per topic and state.
@@ -257,25 +279,25 @@ ORDER BY topic, state
 -- Seconds the oldest ready job of each topic has waited (the queue's lag).
 SELECT topic, EXTRACT(EPOCH FROM now() - min(available_at))::float8 AS oldest_ready_s
 FROM job
-WHERE state IN ('pending', 'failed') AND available_at <= now()
+WHERE {{ready}}
 GROUP BY topic
 ORDER BY topic
 
--- name: last_scheduled_run
--- When the latest run of a periodic schedule was enqueued (its available_at).
-SELECT max(available_at) FROM job
-WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
-
 -- name: running
 -- What is in flight and who holds it.
-SELECT id, topic, locked_by, attempts, EXTRACT(EPOCH FROM locked_until - now()) AS lease_left_s
+SELECT id, topic, locked_by, attempts, expirations,
+       EXTRACT(EPOCH FROM locked_until - now()) AS lease_left_s
 FROM job
 WHERE state = 'processing'
 ORDER BY locked_until
 
 -- name: recent_dead
-SELECT id, topic, attempts, last_error, updated_at
+-- Jobs that went dead recently, newest first (capped), and their total.
+SELECT id, topic, attempts, expirations, last_error, updated_at
 FROM job
 WHERE state = 'dead' AND updated_at > now() - %(since)s
 ORDER BY updated_at DESC
 LIMIT %(limit)s
+
+-- name: count_dead
+SELECT count(*) AS dead FROM job WHERE state = 'dead' AND updated_at > now() - %(since)s

@@ -1,17 +1,16 @@
 """The supervisor loop, in the style of gunicorn's arbiter.
 
 Signal handlers only queue the signal (and wake the loop through the wakeup
-fd). One loop waits on the wakeup pipe, the children's report pipes and the
-cancel LISTEN connection, then runs small named steps: read_reports,
-reap_children, read_cancels, heartbeat, kill_hung, maintain, manage_workers.
-Every tick brings the children back to the target, so a lost signal costs
-nothing.
+fd). One loop waits on the wakeup pipe, the workers' sockets, the database
+thread and the LISTEN thread, then runs small named steps. Every tick brings
+the workers back to the target, so a lost signal costs nothing. The loop
+itself never waits for the database: its services (producer, completer,
+heartbeat, maintenance) hand their statements to the database thread.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import queue as stdqueue
@@ -20,33 +19,36 @@ import signal
 import socket
 import sys
 import time
-from collections import Counter
-from dataclasses import dataclass
 from datetime import timedelta
+from enum import StrEnum
 from types import FrameType
-from typing import Any
-
-import psycopg
 
 from brooq import metrics as prom
 from brooq import osproc
-from brooq.engine.outcome import crash_outcome
+from brooq.config import Settings
 from brooq.engine.periodic import PeriodicScheduler
 from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
-from brooq.engine.store import Ticket, TopicCount
+from brooq.engine.store import Claimed
 from brooq.engine.timer import Every
-from brooq.http import Endpoints, ServiceSurface
 from brooq.logs import event
-from brooq.postgres.connect import connect
+from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import protocol
-from brooq.supervisor.child import EXIT_OK, EXIT_RECYCLE, ChildConfig, child_main
-from brooq.supervisor.children import InFlight, WorkerProcess
+from brooq.supervisor import orphans, protocol
+from brooq.supervisor.child import WorkerConfig, worker_main
+from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Exit, Interrupt, Kill
+from brooq.supervisor.completer import Completer, Pending, count_by_label
+from brooq.supervisor.database import DatabaseThread
+from brooq.supervisor.dispatch import Dispatcher
+from brooq.supervisor.leases import Held, Holdings, LeaseKeeper
+from brooq.supervisor.maintenance import Maintenance
+from brooq.supervisor.notices import Notices
+from brooq.supervisor.producer import Group, Producer
 from brooq.supervisor.slots import SlotState
+from brooq.supervisor.surface import Surface
 from brooq.supervisor.systemd import Notifier
-from brooq.vocabulary import BrooqError, StoreUnavailable, format_duration
+from brooq.vocabulary import format_duration, holder_id
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -55,196 +57,198 @@ HANDLED_SIGNALS = (
     signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
 )
 MAX_TICK_S = 1.0
-REPORT_TICK_S = 0.2  # a child's pipe holds ~1,000 reports: read them well before it fills
+BUSY_TICK_S = 0.1
+STABLE_AFTER_S = 10.0
+"""A worker that crashes sooner than this after its start counts toward its slot's backoff."""
+FINAL_FLUSH_S = 10.0
+PROBE_EVERY_S = 2.0
+FORK_WAIT_S = 0.05
+"""How long a spawn waits for the database and LISTEN threads to leave libpq."""
+BROKEN_GRACE_S = 0.5
+"""How long a worker whose socket closed may take to exit before it counts as broken."""
 
 
-@dataclass(frozen=True)
-class SupervisorConfig:
-    """Everything the supervisor needs besides the app."""
+class Stopping(StrEnum):
+    """How the supervisor is stopping."""
 
-    slots: list[list[str]]
-    dsn: str
-    lease: timedelta
-    poll_interval: timedelta
-    reaper_period: timedelta
-    retention_ttl: timedelta
-    retention_batch: int
-    retention_period: timedelta
-    graceful_timeout: timedelta = timedelta(seconds=30)
-    max_jobs_per_worker: int = 0
-    max_memory_per_worker: int = 0
-    notify: bool = True
-    max_payload_bytes: int = 1024 * 1024
-    name: str = "app"
-    http_addr: str | None = "127.0.0.1:8090"
-    http_allow_remote: bool = False
-    token: str | None = None
-
-
-class CancelListener:
-    """LISTEN brooq_cancel on a connection of its own; yields canceled job ids."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
-        self.conn: psycopg.Connection[Any] | None = None
-
-    def fileno(self) -> int | None:
-        """The socket to wait on, connecting (and LISTENing) when needed; None while down."""
-        if self.conn is None or self.conn.closed or self.conn.broken:
-            try:
-                self.conn = connect(self.dsn)
-                self.conn.execute("LISTEN brooq_cancel")
-            except (StoreUnavailable, psycopg.Error):
-                self.conn = None
-                return None
-        return self.conn.fileno()
-
-    def drain(self) -> set[str]:
-        """Ids of jobs canceled since the last call."""
-        if self.conn is None:
-            return set()
-        try:
-            return {n.payload for n in self.conn.notifies(timeout=0)}
-        except psycopg.Error:
-            self.conn = None
-            return set()
+    GRACEFUL = "graceful"
+    FAST = "fast"
 
 
 class Supervisor:
-    """Forks and supervises the worker processes of one app."""
+    """Forks and supervises the worker processes of one app; claims and settles for them."""
 
-    def __init__(self, queue: Queue, config: SupervisorConfig,
-                 metrics: prom.Metrics | None = None) -> None:
-        self.queue, self.config = queue, config
+    def __init__(self, queue: Queue, settings: Settings, slots: list[list[str]], dsn: str,
+                 name: str = "app", metrics: prom.Metrics | None = None) -> None:
+        self.queue, self.settings, self.dsn, self.name = queue, settings, dsn, name
         self.metrics = metrics or prom.Metrics()
+        self.holder = holder_id()
+        self.pid = os.getpid()
+        self.slots = [SlotState(sorted(t)) for t in slots]
+        self.children: dict[int, ChildProcess] = {}
+        self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
+        self.notifier = Notifier()
+        self.generation = 0
+        self.stopping: Stopping | None = None
+        self.stop_deadline = 0.0
         self.free_metric_ids: list[int] = []
         self.next_metric_id = 0
-        self.surface: ServiceSurface | None = None
-        self.notifier = Notifier()
-        self.slots = [SlotState(list(t)) for t in config.slots]
-        self.workers: dict[int, WorkerProcess] = {}
-        self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
-        self.wake_r, self.wake_w = -1, -1
-        self.generation = 0
-        self.stopping: str | None = None
-        self.stop_deadline = 0.0
-        self.restarts: Counter[str] = Counter()
-        self.hung: Counter[str] = Counter()
-        self.lease_lost: Counter[str] = Counter()
-        self.pid = os.getpid()
-        self.host = socket.gethostname()
-        self.store = PostgresStore(config.dsn, notify=config.notify,
-                                   max_payload_bytes=config.max_payload_bytes)
-        self.cancels = CancelListener(config.dsn)
-        self.heartbeats = Every(config.lease / 3)
-        self.reaper = Reaper(self.store, Every(config.reaper_period))
-        self.retention = Retention(self.store, config.retention_ttl, config.retention_batch,
-                                   Every(config.retention_period))
-        self.unwritten: list[tuple[Ticket, Any, float]] = []
-        self.scheduler = PeriodicScheduler(queue.schedules, self.store.enqueue_many,
-                                           self.store.last_scheduled_run)
-        self.schedule_check = Every(timedelta(seconds=1))
+        self.restarts = 0
+        lease = settings.lease
+        self.store = PostgresStore(dsn, notify=settings.notify,
+                                   max_payload_bytes=settings.max_payload_bytes,
+                                   statement_timeout=max(lease / 3, timedelta(seconds=5)))
+        self.holdings = Holdings()
+        self.surface: Surface | None = None
 
-    # --- lifecycle ---------------------------------------------------------------
+    # --- lifecycle ------------------------------------------------------------------
 
     def run(self) -> int:
         """Serve until stopped by a signal; the exit code (0 after a clean stop)."""
         self.setup()
         try:
-            while not (self.stopping and not self.workers):
+            while not self.finished():
                 self.handle_signals()
                 self.wait()
                 self.tick()
         finally:
             self.teardown()
-        event(log, "SupervisorExited", restarts=sum(self.restarts.values()))
+        event(log, "SupervisorExited", restarts=self.restarts)
         return 0
 
     def setup(self) -> None:
-        """Self-pipe, signal handlers, process title."""
+        """Self-pipe, signal handlers, threads, services, process title."""
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
-            fcntl.fcntl(fd, fcntl.F_SETFD, fcntl.FD_CLOEXEC)
+            os.set_inheritable(fd, False)
         prom.set_identity("supervisor")
-        self.open_surface()
+        topics = self.queue.registry.topics()
+        self.metrics.initialise(topics, [str(r) for r in RESTART_REASONS],
+                                [s.name for s in self.queue.schedules])
+        self.surface = Surface.open(self)
         signal.set_wakeup_fd(self.wake_w)
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, self._queue_signal)
-        osproc.title(f"brooq supervisor {self.config.name} workers={len(self.slots)}")
+        self.start_services()
+        osproc.title(f"brooq supervisor {self.name} workers={len(self.slots)}")
         event(log, "SupervisorStarted", workers=len(self.slots), pid=self.pid,
-              http=self.surface.address if self.surface else "off")
+              holder=self.holder, http=self.surface.address if self.surface else "off")
 
-    def open_surface(self) -> None:
-        """Listen on HTTP_ADDR (raises SurfaceConfigError before any child is forked)."""
-        if not self.config.http_addr:
-            return
-        db = prom.DatabaseCollector(lambda: (self.store.depth(), self.store.oldest_ready()),
-                                    self.queue.registry.topics())
-        endpoints = Endpoints(
-            metrics=lambda: prom.render(db, self.pid), health=self.health,
-            get_job=lambda job_id: self.store.get(job_id).as_dict(),
-            cancel_job=self.cancel_job, token=self.config.token,
-        )
-        self.surface = ServiceSurface(self.config.http_addr, endpoints,
-                                      self.config.http_allow_remote)
-
-    def health(self) -> tuple[bool, str]:
-        """/healthz: the loop answers (this call proves it), the database answers, workers run."""
-        if self.stopping:
-            return False, f"stopping ({self.stopping})"
-        try:
-            self.store.ping()
-        except StoreUnavailable as exc:
-            return False, str(exc)
-        running = sum(1 for w in self.workers.values() if w.booted and not w.retiring)
-        if running < len(self.slots):
-            return False, f"{running} of {len(self.slots)} workers running"
-        return True, f"{running} workers running"
-
-    def cancel_job(self, job_id: str) -> dict[str, Any]:
-        """POST /jobs/{id}/cancel."""
-        canceled = self.store.cancel(job_id, "canceled through the HTTP endpoint")
-        return {"id": job_id, "canceled": canceled, "state": str(self.store.get(job_id).state)}
+    def start_services(self) -> None:
+        """The database and LISTEN threads, and the services that use them."""
+        s, lease = self.settings, self.settings.lease
+        self.db = DatabaseThread(self.store.connector,
+                                 stuck_after=max(2.0, lease.total_seconds() / 6))
+        self.inspection = PostgresInspection(self.store.connector)
+        self.notices = Notices(self.dsn)
+        limits = {t: n for t in self.queue.registry.topics()
+                  if (n := self.queue.registry.options(t).max_running)}
+        prefetch = len(self.slots) if s.prefetch is None else s.prefetch
+        self.producer = Producer(
+            self.store, self.db, self.holder, lease, sorted({slot.group for slot in self.slots}),
+            limits, prefetch, s.poll_interval,
+            max_wait=max(1.0, 2 * s.poll_interval.total_seconds()),
+            on_claimed=self.claimed)
+        self.completer = Completer(self.store, self.db, self.flushed)
+        self.leases = LeaseKeeper(self.store, self.db, self.holdings, lease, self.lost)
+        self.dispatcher = Dispatcher(self.queue.registry, self.producer, self.completer,
+                                     self.holdings, self.metrics, lease.total_seconds(),
+                                     self.retire)
+        self.maintenance = Maintenance(
+            self.db, Reaper(self.store, Every(s.reaper_period), s.max_expirations),
+            Retention(self.store, s.retention_ttl, s.retention_batch, Every(s.retention_period)),
+            PeriodicScheduler(self.queue.schedules, self.store.enqueue_many,
+                              self.store.last_scheduled_run),
+            self.metrics)
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
         """NO LOGGING, just queue the signal; the wakeup fd wakes the loop."""
         self.signals.put(signum)
 
+    def finished(self) -> bool:
+        """True once stopping is complete: no workers, nothing left to write (or too late)."""
+        if not self.stopping or self.children:
+            return False
+        if self.final_deadline == 0.0:
+            self.final_deadline = time.monotonic() + FINAL_FLUSH_S
+        settled = not self.completer.pending and self.db.idle()
+        return settled or time.monotonic() >= self.final_deadline
+
+    final_deadline = 0.0
+
     def teardown(self) -> None:
-        """Close what the parent opened."""
+        """Let the database thread finish its queue, then close what the parent opened."""
         signal.set_wakeup_fd(-1)
+        self.db.stop(timeout=5.0)
+        self.notices.stop()
+        self.store.close()
+        if self.surface is not None:
+            self.surface.close()
         for fd in (self.wake_r, self.wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self.store.close()
-        if self.cancels.conn is not None:
-            self.cancels.conn.close()
-        if self.surface is not None:
-            self.surface.close()
+
+    # --- the loop ---------------------------------------------------------------------
 
     def tick(self) -> None:
         """One pass of every step."""
+        now = time.monotonic()
         self.notifier.pet()
-        self.read_reports()
+        self.db.collect()
+        self.read_notices()
+        self.read_workers()
         self.reap_children()
-        self.read_cancels()
-        self.heartbeat()
-        self.kill_hung()
-        self.maintain()
+        self.kill_hung(now)
+        self.kill_broken(now)
+        self.keep_leases(now)
+        self.release_stale(now)
+        self.dispatcher.run_once(self.children.values(), now)
+        if not self.stopping:
+            self.producer.run_once(now, *self.group_counts())
+            self.maintenance.run_once(now)
+        self.completer.run_once(now, force=bool(self.stopping))
+        if self.stopping:
+            self.release(self.producer.drain(), "stopping")  # claims that came back late
+        self.probe_database(now)
         self.manage_workers()
+        self.db.check_stuck(now)
         self.report_ready()
 
-    def report_ready(self) -> None:
-        """READY=1 to systemd once every slot's first child has booted."""
-        if self.notifier.ready_sent or self.stopping:
+    def wait(self) -> None:
+        """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline."""
+        reads = [self.wake_r, self.db.fileno(), self.notices.fileno()]
+        reads += [c.sock for c in self.children.values() if not c.closed]
+        writes = [c.sock for c in self.children.values() if c.outbox and not c.closed]
+        if self.surface is not None and self.surface.fileno() is not None:
+            reads.append(self.surface.fileno())  # type: ignore[arg-type]
+        try:
+            ready, writable, _ = select.select(reads, writes, [], self.timeout())
+        except InterruptedError:
             return
-        booted = sum(1 for w in self.workers.values() if w.booted)
-        if booted >= len(self.slots):
-            self.notifier.ready(f"{booted} workers running")
-            event(log, "SupervisorReady", workers=booted)
+        if self.surface is not None and self.surface.fileno() in ready:
+            self.surface.handle()
+        for child in self.children.values():
+            if child.sock in writable:
+                child.flush()
+        if self.wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self.wake_r, 4096):
+                    pass
 
-    # --- signals --------------------------------------------------------------------
+    def timeout(self) -> float:
+        """Seconds until the next thing that must happen, at most MAX_TICK_S."""
+        now = time.monotonic()
+        cap = BUSY_TICK_S if (self.holdings or self.stopping) else MAX_TICK_S
+        deadlines = [self.leases.every.next_at]
+        if self.notifier.next_pet_at is not None:
+            deadlines.append(self.notifier.next_pet_at)
+        if (flush_at := self.completer.next_flush_at()) is not None:
+            deadlines.append(flush_at)
+        deadlines += [d for c in self.children.values() if c.job and (d := c.job.next_deadline())]
+        return max(0.0, min([cap] + [d - now for d in deadlines]))
+
+    # --- signals --------------------------------------------------------------------------
 
     def handle_signals(self) -> None:
         """Dispatch queued signals to ``handle_<name>``."""
@@ -261,26 +265,29 @@ class Supervisor:
         if self.stopping:
             self.handle_sigquit()
             return
-        self.stopping = "graceful"
+        self.stopping = Stopping.GRACEFUL
         self.notifier.stopping("stopping: running jobs finish")
-        self.stop_deadline = time.monotonic() + self.config.graceful_timeout.total_seconds()
+        self.stop_deadline = time.monotonic() + self.settings.graceful_timeout.total_seconds()
         event(log, "SupervisorStopping", mode="graceful",
-              timeout=format_duration(self.config.graceful_timeout))
-        for worker in self.workers.values():
-            self.signal_worker(worker, signal.SIGTERM)
+              timeout=format_duration(self.settings.graceful_timeout))
+        self.release(self.producer.drain(), "stopping")
+        for child in self.children.values():
+            self.retire(child)
 
     handle_sigint = handle_sigterm
 
     def handle_sigquit(self) -> None:
-        """Fast stop: kill every child now; running jobs go back to pending uncharged."""
-        self.stopping = "fast"
+        """Fast stop: kill every worker now; their jobs go back to pending uncharged."""
+        self.stopping = Stopping.FAST
         self.notifier.stopping("stopping now")
         event(log, "SupervisorStopping", mode="fast")
-        for worker in self.workers.values():
-            self.kill(worker, "shutdown")
+        self.release(self.producer.drain(), "stopping")
+        for child in self.children.values():
+            if child.kill is None:
+                self.kill(child, Kill.SHUTDOWN)
 
     def handle_sighup(self) -> None:
-        """Replace every child, one at a time, each finishing its job first."""
+        """Replace every worker, one at a time, each finishing its job first."""
         self.generation += 1
         event(log, "SupervisorReloading", generation=self.generation)
 
@@ -288,96 +295,60 @@ class Supervisor:
         """One worker more (serving every topic of this supervisor)."""
         served = sorted({t for slot in self.slots for t in slot.topics})
         self.slots.append(SlotState(served))
+        self.producer.add_group(tuple(served))
         event(log, "WorkersChanged", workers=len(self.slots))
 
     def handle_sigttou(self) -> None:
-        """One worker fewer (never below one); the slot's child finishes its job and leaves."""
+        """One worker fewer (never below one); the slot's worker finishes its job and leaves."""
         if len(self.slots) > 1:
             self.slots.pop()
             event(log, "WorkersChanged", workers=len(self.slots))
 
-    def handle_sigchld(self) -> None:
-        """Nothing: reap_children runs every tick."""
+    # --- steps ------------------------------------------------------------------------------
 
-    # --- waiting ------------------------------------------------------------------------
+    def read_notices(self) -> None:
+        """New jobs wake the producer; cancels interrupt or drop the job wherever it is."""
+        heard = self.notices.read()
+        self.producer.heard(heard.topics)
+        for job_id in heard.canceled:
+            if self.producer.drop(job_id) is not None:
+                self.holdings.drop(job_id)
+            for child in self.children.values():
+                if child.job and child.job.claimed.id == job_id:
+                    self.dispatcher.interrupt(child, Interrupt.CANCELED, "interrupting the handler")
 
-    def wait(self) -> None:
-        """Sleep until a signal, a cancel NOTIFY, a request, or the next deadline.
+    def read_workers(self) -> None:
+        """Apply every message the workers sent; a broken or garbled socket kills its worker."""
+        now = time.monotonic()
+        for child in list(self.children.values()):
+            self.read_worker(child, now)
 
-        The children's report pipes do not wake the loop: at thousands of jobs
-        a second that would cost the parent a tick per message. They are read
-        every REPORT_TICK_S, and at once before anything that needs them
-        (heartbeat, cancel, a child's exit).
-        """
-        fds = [self.wake_r]
-        cancel_fd = self.cancels.fileno() if not self.stopping else None
-        if cancel_fd is not None:
-            fds.append(cancel_fd)
-        if self.surface is not None:
-            fds.append(self.surface.fileno())
-        try:
-            ready, _, _ = select.select(fds, [], [], self.timeout())
-        except InterruptedError:
+    def read_worker(self, child: ChildProcess, now: float) -> None:
+        """Apply what ``child`` sent; EOF or garbage while it runs means it broke its socket."""
+        if child.closed:
             return
-        if self.surface is not None and self.surface.fileno() in ready:
-            self.surface.handle()
-        if self.wake_r in ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self.wake_r, 4096):
-                    pass
+        try:
+            messages, eof = child.reader.read()
+        except protocol.ProtocolError:
+            child.close()
+            self.kill(child, Kill.BROKEN)  # garbage on the socket: not a brooq worker any more
+            return
+        for message in messages:
+            self.dispatcher.apply(child, message, now)
+        if eof:
+            # Most often the worker just exited (reap_children names why); one that
+            # lives on without its socket closed it by mistake and is of no more use.
+            child.close()
+            child.eof_at = now
 
-    def timeout(self) -> float:
-        """Seconds until the next thing that must happen, at most MAX_TICK_S."""
-        now = time.monotonic()
-        deadlines = [self.heartbeats.next_at]
-        if self.notifier.next_pet_at is not None:
-            deadlines.append(self.notifier.next_pet_at)
-        deadlines += [d for w in self.workers.values() if w.job and (d := w.job.next_deadline())]
-        cap = REPORT_TICK_S if self.workers else MAX_TICK_S
-        return max(0.0, min([cap] + [d - now for d in deadlines]))
-
-    # --- steps -----------------------------------------------------------------------------
-
-    def read_reports(self) -> None:
-        """Apply every message the children wrote since the last tick."""
-        for worker in list(self.workers.values()):
-            if worker.pipe_closed:
-                continue
-            messages, eof = worker.reader.read()
-            for message in messages:
-                self.apply_report(worker, message)
-            if eof:
-                worker.pipe_closed = True
-
-    def apply_report(self, worker: WorkerProcess, message: protocol.Message) -> None:
-        """Track what ``worker`` is doing."""
-        match message:
-            case protocol.Booted():
-                worker.booted = True
-                self.slots[worker.slot].booted() if worker.slot < len(self.slots) else None
-            case protocol.ClaimedJob(job_id, attempt, topic):
-                worker.job = self.in_flight(Ticket(job_id, worker.holder, attempt), topic)
-            case protocol.FinishedJob(job_id, _):
-                if worker.job and worker.job.ticket.job_id == job_id:
-                    worker.job = None
-            case protocol.Recycling(reason):
-                worker.recycle_reason = reason
-
-    def in_flight(self, ticket: Ticket, topic: str) -> InFlight:
-        """The watchdog's deadlines for a job just claimed."""
-        now = time.monotonic()
-        options = self.queue.registry.options(topic)
-        grace = (options.watchdog_grace or self.config.lease).total_seconds()
-        hard = options.max_execution_timeout
-        soft = options.attempt_timeout
-        return InFlight(
-            ticket=ticket, topic=topic, started=now, grace_s=grace,
-            hard_deadline=now + hard.total_seconds() if hard else None,
-            hung_deadline=now + soft.total_seconds() + grace if soft else None,
-        )
+    def kill_broken(self, now: float) -> None:
+        """Kill workers still alive a while after their socket closed."""
+        for child in self.children.values():
+            if child.eof_at and child.kill is None and now - child.eof_at >= BROKEN_GRACE_S:
+                self.kill(child, Kill.BROKEN)
 
     def reap_children(self) -> None:
-        """waitpid every child that ended; record what it leaves behind."""
+        """waitpid every worker that ended; settle what it leaves behind."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -385,302 +356,263 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            worker = self.workers.pop(pid, None)
-            if worker is not None:
-                self.worker_exited(worker, status)
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self.worker_exited(child, status)
 
-    def worker_exited(self, worker: WorkerProcess, status: int) -> None:
-        """Settle the job a dead child held; count and log the restart reason."""
-        messages, _ = worker.reader.read() if not worker.pipe_closed else ([], True)
-        for message in messages:
-            self.apply_report(worker, message)
-        with contextlib.suppress(OSError):
-            os.close(worker.reader.fd)
+    def worker_exited(self, child: ChildProcess, status: int) -> None:
+        """Settle the job a dead worker held; count and log why it is gone."""
+        self.read_worker(child, time.monotonic())
+        child.close()
         how = osproc.describe_exit(status)
-        reason = self.exit_reason(worker, status)
-        if worker.job is not None:
-            self.settle_orphan(worker, how)
-        planned = os.WIFEXITED(status) and os.WEXITSTATUS(status) in (EXIT_OK, EXIT_RECYCLE)
-        if worker.booted and not planned:
-            self.release_unreported(worker)
-        if not worker.booted and worker.slot < len(self.slots) and not self.stopping:
-            delay = self.slots[worker.slot].boot_failed(time.monotonic())
-            event(log, "WorkerBootFailed", logging.ERROR, slot=worker.slot, pid=worker.pid,
-                  exit=how, retry_in_s=delay)
-        prom.mark_dead(worker.metrics_id)
-        self.free_metric_ids.append(int(worker.metrics_id[1:]))
-        if reason != "stopped":
-            self.restarts[reason] += 1
-            self.metrics.restarts.labels(reason=reason).inc()
-        level = logging.INFO if reason in ("stopped", "max_jobs", "max_memory", "reload") \
-            else logging.WARNING
-        event(log, "WorkerExited", level, slot=worker.slot, pid=worker.pid, exit=how,
-              reason=reason)
+        reason = orphans.exit_reason(child, status, self.generation, bool(self.stopping))
+        held_a_job = child.job is not None
+        if held_a_job:
+            self.orphaned(child, status, how)
+        self.slot_backoff(child, status, how, held_a_job)
+        prom.mark_dead(child.metrics_id)
+        self.free_metric_ids.append(int(child.metrics_id[1:]))
+        if reason not in (Exit.STOPPED, Exit.SHUTDOWN):
+            self.restarts += 1
+            self.metrics.restarts.labels(reason=str(reason)).inc()
+        quiet = reason in (Exit.STOPPED, Exit.MAX_JOBS, Exit.MAX_MEMORY, Exit.RELOAD)
+        event(log, "WorkerExited", logging.INFO if quiet else logging.WARNING, slot=child.slot,
+              pid=child.pid, exit=how, reason=str(reason))
 
-    def exit_reason(self, worker: WorkerProcess, status: int) -> str:
-        """Why the child is gone, for logs and brooq_worker_restarts_total."""
-        if worker.kill_reason:
-            return worker.kill_reason.split(":")[0]
-        if worker.recycle_reason:
-            return worker.recycle_reason
-        if worker.retiring:
-            return "reload" if self.generation > worker.generation else "stopped"
-        if self.stopping and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-            return "stopped"
-        return "crash"
-
-    def settle_orphan(self, worker: WorkerProcess, how: str) -> None:
-        """The child died holding a job: release, record a failure, or write nothing."""
-        job = worker.job
+    def orphaned(self, child: ChildProcess, status: int, how: str) -> None:
+        """Carry out the orphans service's decision about the job ``child`` held."""
+        job = child.job
         assert job is not None
-        kill = worker.kill_reason or ""
-        if kill == "shutdown":
-            self.store_call(lambda: self.store.release([job.ticket]))
-            event(log, "JobReleased", job_id=job.ticket.job_id, topic=job.topic)
+        claimed = job.claimed
+        options = self.dispatcher.options(claimed.topic)
+        orphan = orphans.decide_orphan(child, job, status, how, options)
+        match orphan.fate:
+            case orphans.Fate.RELEASE:
+                self.release([claimed], "shutdown")
+            case orphans.Fate.PUT_BACK if not self.stopping:
+                self.producer.put_back(child.group, claimed, time.monotonic())
+            case orphans.Fate.PUT_BACK:
+                self.release([claimed], "stopping")
+            case orphans.Fate.RECORD if orphan.outcome is not None:
+                self.completer.add(claimed.ticket, orphan.outcome, claimed.topic, time.monotonic())
+                event(log, "JobDead" if orphan.outcome.label == "dead" else "JobFailed",
+                      logging.WARNING, job_id=claimed.id, topic=claimed.topic,
+                      attempt=claimed.attempt, outcome=orphan.outcome.label,
+                      error=orphan.outcome.error)
+            case _:
+                self.holdings.drop(claimed.id)
+
+    def slot_backoff(self, child: ChildProcess, status: int, how: str, held_a_job: bool) -> None:
+        """A worker that died at boot, or soon after without any job to blame, starts again
+        only after a backoff (a job that kills its worker is charged for it instead)."""
+        if child.slot >= len(self.slots) or self.stopping:
             return
-        if kill.startswith("hung:lease_lost") or kill.startswith("hung:canceled"):
-            return  # the row is no longer ours: canceled, or held by someone else
-        options = self.queue.registry.options(job.topic)
-        outcome = crash_outcome(self.crash_text(kill, how, job), job.ticket.attempt, options)
-        written = self.store_call(lambda: self.store.settle(job.ticket, outcome))
-        if written is None:
-            self.unwritten.append((job.ticket, outcome, time.monotonic()))
-        if written is False:
-            return  # no longer ours: the child settled it itself before its report arrived
-        if written:
-            self.metrics.settled.labels(topic=job.topic, outcome=outcome.label).inc()
-        event(log, "JobDead" if outcome.label == "dead" else "JobFailed", logging.WARNING,
-              job_id=job.ticket.job_id, topic=job.topic, attempt=job.ticket.attempt,
-              outcome=outcome.label, error=outcome.error)
-
-    def release_unreported(self, worker: WorkerProcess) -> None:
-        """Give back, uncharged, rows a dead child claimed but never reported.
-
-        A child reports a claim before its handler starts, so a row it still
-        holds that the parent never heard of (it died between a claim's commit,
-        say the next job of a settle-and-claim, and its report) never ran.
-        """
-        known = worker.job.ticket.job_id if worker.job else None
-        rows = self.store_call(self.store.running) or []
-        tickets = [Ticket(str(r["id"]), worker.holder, r["attempts"]) for r in rows
-                   if r["locked_by"] == worker.holder and str(r["id"]) != known]
-        released = self.store_call(lambda: self.store.release(tickets)) if tickets else None
-        for job_id in sorted(released or ()):
-            event(log, "JobReleased", job_id=job_id, pid=worker.pid,
-                  note="claimed by a worker that died before reporting it")
-
-    def crash_text(self, kill: str, how: str, job: InFlight) -> str:
-        """last_error for an attempt whose process died."""
-        if kill == "max_execution":
-            return f"max_execution_timeout exceeded; the supervisor killed the worker ({how})"
-        if kill == "hung:attempt_timeout":
-            return (f"attempt timed out and the handler did not exit within "
-                    f"{job.grace_s:g}s; the supervisor killed the worker ({how})")
-        return f"worker process {how} while running the handler"
-
-    def store_call(self, call: Any) -> Any:
-        """Run a store call; on an outage log it and return None (retried by later ticks)."""
-        try:
-            return call()
-        except StoreUnavailable as exc:
-            event(log, "DatabaseUnavailable", logging.WARNING, error=str(exc))
-            return None
-
-    def read_cancels(self) -> None:
-        """Interrupt children running jobs that were just canceled."""
-        canceled = self.cancels.drain()
-        if canceled:
-            self.read_reports()
-        for worker in self.workers.values():
-            job = worker.job
-            if job and job.ticket.job_id in canceled and job.interrupted is None:
-                self.interrupt(worker, "canceled", signal.SIGUSR2)
-
-    def heartbeat(self) -> None:
-        """One statement extends every lease; a lease not extended is lost."""
-        if not self.heartbeats.due(time.monotonic()):
+        slot = self.slots[child.slot]
+        lived = time.monotonic() - child.started
+        if (orphans.planned(status) or child.kill is not None or held_a_job
+                or child.finished_jobs or lived >= STABLE_AFTER_S):
+            slot.booted()
             return
-        self.read_reports()
-        held = {w.job.ticket.job_id: w for w in self.workers.values()
-                if w.job and w.job.interrupted is None}
-        if not held:
-            return
-        tickets = [w.job.ticket for w in held.values() if w.job]
-        kept = self.store_call(lambda: self.store.heartbeat(tickets, self.config.lease))
-        if kept is None:
-            return
-        # A row missing from `kept` is often one the child settled during the
-        # statement: apply the FinishedJob it sent meanwhile, or the interrupt
-        # would hit the child's next job (a spurious LeaseLost).
-        self.read_reports()
-        for job_id, worker in held.items():
-            if job_id not in kept and worker.job and worker.job.ticket.job_id == job_id:
-                self.lease_lost[worker.job.topic] += 1
-                self.metrics.lease_lost.labels(topic=worker.job.topic).inc()
-                self.interrupt(worker, "lease_lost", signal.SIGUSR1)
+        delay = slot.boot_failed(time.monotonic())
+        event(log, "WorkerBootFailed" if not child.booted else "WorkerCrashLoop", logging.ERROR,
+              slot=child.slot, pid=child.pid, exit=how, retry_in_s=delay)
 
-    def interrupt(self, worker: WorkerProcess, reason: str, signum: int) -> None:
-        """Raise an Interrupted in the handler; the watchdog kills it after the grace."""
-        assert worker.job is not None
-        worker.job.interrupted, worker.job.interrupted_at = reason, time.monotonic()
-        event(log, "LeaseLost" if reason == "lease_lost" else "JobCanceled",
-              job_id=worker.job.ticket.job_id, topic=worker.job.topic, pid=worker.pid,
-              note="interrupting the handler")
-        self.signal_worker(worker, signum)
+    def kill_hung(self, now: float) -> None:
+        """SIGKILL workers past their watchdog deadlines, and all of them past the graceful one."""
+        for child in list(self.children.values()):
+            if child.job and child.kill is None and (due := child.job.kill_due(now)):
+                kill, why = due
+                if kill is Kill.HUNG:
+                    self.metrics.hung.labels(topic=child.job.claimed.topic).inc()
+                self.kill(child, kill, why)
+        if self.stopping is Stopping.GRACEFUL and now >= self.stop_deadline:
+            for child in self.children.values():
+                if child.kill is None:
+                    self.kill(child, Kill.SHUTDOWN)
 
-    def kill_hung(self) -> None:
-        """SIGKILL children past their watchdog deadlines."""
-        now = time.monotonic()
-        for worker in list(self.workers.values()):
-            if worker.job and worker.kill_reason is None:
-                reason = worker.job.kill_due(now)
-                if reason:
-                    if reason.startswith("hung:"):
-                        self.hung[worker.job.topic] += 1
-                        self.metrics.hung.labels(topic=worker.job.topic).inc()
-                    self.kill(worker, reason)
-        if self.stopping == "graceful" and now >= self.stop_deadline:
-            for worker in self.workers.values():
-                if worker.kill_reason is None:
-                    self.kill(worker, "shutdown")
+    def keep_leases(self, now: float) -> None:
+        """Heartbeat; when heartbeats fail, stop jobs before their lease can end."""
+        self.leases.run_once(now)
+        lease_s = self.settings.lease.total_seconds()
+        for held in self.leases.expiring(now, within=lease_s / 3):
+            child = self.running(held.ticket.job_id)
+            if child is None:
+                if self.producer.drop(held.ticket.job_id) is not None:
+                    self.holdings.drop(held.ticket.job_id)
+                continue
+            self.dispatcher.interrupt(child, Interrupt.LEASE_LOST,
+                                      "the database did not answer heartbeats; the lease ends soon")
+            if held.lease_end - now <= min(1.0, lease_s / 6) and child.kill is None:
+                self.kill(child, Kill.LEASE_ENDING)
 
-    def maintain(self) -> None:
-        """Reaper, retention, and retries of outcomes an outage kept from being written."""
-        now = time.monotonic()
-        self.count(self.metrics.requeued, self.store_call(lambda: self.reaper.tick(now)))
-        self.count(self.metrics.retention_deleted,
-                   self.store_call(lambda: self.retention.tick(now)))
-        self.metrics.workers.set(len(self.workers))
-        if self.scheduler.schedules and self.schedule_check.due(now):
-            self.enqueue_periodic()
-        self.retry_unwritten(now)
+    def probe_database(self, now: float) -> None:
+        """A cheap query when the database thread has been quiet, so /healthz stays true."""
+        if now - max(self.db.last_ok, self.db.last_failed) >= PROBE_EVERY_S and self.db.idle():
+            self.db.submit("ping", self.inspection.ping, lambda result, error: None)
 
-    def retry_unwritten(self, now: float) -> None:
-        """Write the outcomes of dead children that an outage kept from being written."""
-        pending, self.unwritten = self.unwritten, []
-        for ticket, outcome, since in pending:
-            if now - since > self.config.lease.total_seconds():
-                continue  # the reaper has returned the job by now; nothing to write
-            if self.store_call(lambda t=ticket, o=outcome: self.store.settle(t, o)) is None:
-                self.unwritten.append((ticket, outcome, since))
-
-    def enqueue_periodic(self) -> None:
-        """Enqueue the due runs of the app's schedules (each exactly once, across supervisors)."""
-        try:
-            runs = self.store_call(self.scheduler.run_once) or []
-        except BrooqError as exc:  # a bad schedule must not stop the supervisor
-            event(log, "PeriodicFailed", logging.ERROR, error=str(exc))
-            return
-        for run in runs:
-            fields = {"schedule": run.schedule.name, "run": run.run.isoformat(),
-                      "job_id": run.result.id}
-            if run.result.created:
-                self.metrics.periodic.labels(schedule=run.schedule.name).inc()
-                event(log, "PeriodicEnqueued", **fields)
-            else:
-                event(log, "PeriodicAlreadyEnqueued", logging.DEBUG, **fields)
-
-    @staticmethod
-    def count(counter: Any, counts: list[TopicCount] | None) -> None:
-        """Add per-topic counts to a counter."""
-        for topic, n in counts or []:
-            counter.labels(topic=topic).inc(n)
+    def release_stale(self, now: float) -> None:
+        """Jobs that waited too long in a buffer go back to pending, uncharged."""
+        stale = self.producer.stale(now)
+        if stale:
+            self.release(stale, "waited too long in the buffer")
 
     def manage_workers(self) -> None:
-        """Bring the children back to the target: spawn missing, retire extra and old ones."""
+        """Bring the workers back to the target: spawn missing, retire extra and old ones."""
         if self.stopping:
             return
-        self.retire_extra()
-        self.rotate_generation()
-        self.spawn_missing()
-
-    def retire_extra(self) -> None:
-        """Children whose slot no longer exists (after TTOU) finish their job and leave."""
-        for worker in self.workers.values():
-            if worker.slot >= len(self.slots) and not worker.retiring:
-                worker.retiring = True
-                self.signal_worker(worker, signal.SIGTERM)
-
-    def rotate_generation(self) -> None:
-        """After HUP, replace the old children one by one (the replacement starts first)."""
-        if any(w.retiring for w in self.workers.values()):
-            return
-        old = [w for w in self.workers.values() if w.generation < self.generation]
-        if old:
-            oldest = min(old, key=lambda w: w.started)
-            oldest.retiring = True
-            self.signal_worker(oldest, signal.SIGTERM)
-
-    def spawn_missing(self) -> None:
-        """Fork a child for every slot without a live, non-retiring one."""
+        for child in self.children.values():
+            if child.slot >= len(self.slots) and not child.retiring:
+                self.retire(child)
+        if not any(c.retiring for c in self.children.values()):
+            old = [c for c in self.children.values() if c.generation < self.generation]
+            if old:
+                self.retire(min(old, key=lambda c: c.started))
         now = time.monotonic()
-        taken = {w.slot for w in self.workers.values() if not w.retiring}
+        taken = {c.slot for c in self.children.values() if not c.retiring}
         for slot_no, slot in enumerate(self.slots):
             if slot_no not in taken and now >= slot.not_before:
                 self.spawn(slot_no)
 
-    # --- processes ---------------------------------------------------------------------
+    def report_ready(self) -> None:
+        """READY=1 to systemd once every slot's first worker has booted."""
+        if self.notifier.ready_sent or self.stopping:
+            return
+        booted = sum(1 for c in self.children.values() if c.booted)
+        if booted >= len(self.slots):
+            self.notifier.ready(f"{booted} workers running")
+            event(log, "SupervisorReady", workers=booted)
+
+    # --- callbacks of the services ----------------------------------------------------
+
+    def claimed(self, claimed: list[Claimed], lease_end: float) -> None:
+        """The producer claimed jobs: hold them, count them."""
+        topics: dict[str, int] = {}
+        for c in claimed:
+            self.holdings.add(c.ticket, c.topic, lease_end)
+            topics[c.topic] = topics.get(c.topic, 0) + 1
+        for topic, n in topics.items():
+            self.metrics.claimed.labels(topic=topic).inc(n)
+
+    def flushed(self, written: list[Pending], lost: list[Pending]) -> None:
+        """The completer wrote outcomes: count them; those no longer held lost their lease."""
+        for p in written + lost:
+            self.holdings.drop(p.ticket.job_id)
+        for (topic, label), n in count_by_label(written).items():
+            self.metrics.settled.labels(topic=topic, outcome=label).inc(n)
+        for p in lost:
+            self.metrics.lease_lost.labels(topic=p.topic).inc()
+            event(log, "LeaseLost", logging.WARNING, job_id=p.ticket.job_id, topic=p.topic,
+                  outcome=p.outcome.label, note="outcome not written: the lease was lost")
+
+    def lost(self, held: Held) -> None:
+        """A heartbeat did not find a job ours any more (canceled, or reaped and taken)."""
+        job_id = held.ticket.job_id
+        self.holdings.drop(job_id)
+        if self.producer.drop(job_id) is not None:
+            return
+        child = self.running(job_id)
+        if child is not None:
+            self.read_worker(child, time.monotonic())  # it may have just finished it
+            child = self.running(job_id)
+        if child is not None and child.job and child.job.claimed.ticket == held.ticket:
+            self.metrics.lease_lost.labels(topic=held.topic).inc()
+            self.dispatcher.interrupt(child, Interrupt.LEASE_LOST, "interrupting the handler")
+
+    # --- jobs and processes -------------------------------------------------------------
+
+    def running(self, job_id: str) -> ChildProcess | None:
+        """The worker running ``job_id``, if any."""
+        for child in self.children.values():
+            if child.job is not None and child.job.claimed.id == job_id:
+                return child
+        return None
+
+    def release(self, claimed: list[Claimed], why: str) -> None:
+        """Give jobs back to pending, uncharged (a database task)."""
+        if not claimed:
+            return
+        tickets = [c.ticket for c in claimed]
+        for c in claimed:
+            self.holdings.drop(c.id)
+
+        def done(released: set[str] | None, error: BaseException | None) -> None:
+            for job_id in sorted(released or ()):
+                event(log, "JobReleased", job_id=job_id, note=why)
+
+        self.db.submit("release", lambda: self.store.release(tickets), done)
+
+    def retire(self, child: ChildProcess) -> None:
+        """The worker finishes its job (if any) and leaves."""
+        child.retiring = True
+        if child.job is None and not child.stop_sent:
+            child.stop_sent = True
+            child.send(protocol.Stop())
+
+    def kill(self, child: ChildProcess, reason: Kill, detail: Interrupt | None = None) -> None:
+        """SIGKILL a worker; ``reason`` decides what becomes of its job."""
+        child.kill, child.kill_detail = reason, str(detail) if detail else None
+        shown = f"{reason}:{detail}" if detail else str(reason)
+        event(log, "WorkerKilled", logging.WARNING, slot=child.slot, pid=child.pid,
+              reason=shown, job_id=child.job.claimed.id if child.job else None)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
 
     def spawn(self, slot_no: int) -> None:
-        """Fork one child for ``slot_no``."""
-        read_fd, write_fd = os.pipe()
+        """Fork one worker for ``slot_no``, connected by a socket pair."""
+        parent_end, child_end = socket.socketpair()
         metrics_id = self.take_metrics_id()
-        config = self.child_config(slot_no, metrics_id)
+        slot = self.slots[slot_no]
+        config = WorkerConfig(
+            slot=slot_no, topics=tuple(slot.topics), dsn=self.dsn,
+            max_jobs=self.settings.max_jobs_per_worker,
+            max_memory=self.settings.max_memory_per_worker, notify=self.settings.notify,
+            max_payload_bytes=self.settings.max_payload_bytes, metrics_id=metrics_id)
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
+        pid = osproc.fork_when_quiet(timeout=FORK_WAIT_S)
+        if pid is None:  # a thread is busy with the database: the next tick tries again
+            parent_end.close()
+            child_end.close()
+            self.free_metric_ids.append(int(metrics_id[1:]))
+            return
         if pid == 0:
-            self.become_child(read_fd)
-            child_main(self.queue, config, write_fd, self.pid, self.metrics)
-        os.close(write_fd)
-        os.set_blocking(read_fd, False)
-        worker = WorkerProcess(
-            slot=slot_no, pid=pid, reader=protocol.Reader(read_fd), started=time.monotonic(),
-            generation=self.generation, holder=f"{self.host}:{pid}", metrics_id=metrics_id,
-        )
-        self.workers[pid] = worker
-        event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(config.topics))
+            self.become_child(parent_end.detach())
+            worker_main(self.queue, config, child_end.detach(), self.pid, self.metrics)
+        child_end.close()
+        sock = parent_end.detach()
+        os.set_blocking(sock, False)
+        self.children[pid] = ChildProcess(
+            slot=slot_no, pid=pid, group=slot.group, sock=sock, started=time.monotonic(),
+            generation=self.generation, metrics_id=metrics_id)
+        event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(slot.topics))
 
-    def become_child(self, read_fd: int) -> None:
-        """In the new child: drop the parent's signal handling and its file descriptors."""
+    def become_child(self, parent_end: int) -> None:
+        """In the new worker: drop the parent's signal handling and its file descriptors."""
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        fds = [read_fd, self.wake_r, self.wake_w] + [w.reader.fd for w in self.workers.values()]
-        if self.surface is not None:
-            fds.append(self.surface.fileno())
+        fds = [parent_end, self.wake_r, self.wake_w, self.db.fileno(), self.notices.fileno()]
+        fds += [c.sock for c in self.children.values()]
+        if self.surface is not None and self.surface.fileno() is not None:
+            fds.append(self.surface.fileno())  # type: ignore[arg-type]
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
     def take_metrics_id(self) -> str:
-        """The lowest metrics id no live (unreaped) child holds: files are reused, not piled up."""
+        """The lowest metrics id no live (unreaped) worker holds: files are reused."""
         if self.free_metric_ids:
             self.free_metric_ids.sort()
             return f"w{self.free_metric_ids.pop(0)}"
         self.next_metric_id += 1
         return f"w{self.next_metric_id - 1}"
 
-    def child_config(self, slot_no: int, metrics_id: str) -> ChildConfig:
-        """The configuration of the child serving ``slot_no``."""
-        c = self.config
-        return ChildConfig(
-            slot=slot_no, topics=self.slots[slot_no].topics, dsn=c.dsn, lease=c.lease,
-            metrics_id=metrics_id,
-            poll_interval=c.poll_interval, max_jobs=c.max_jobs_per_worker,
-            max_memory=c.max_memory_per_worker, notify=c.notify,
-            max_payload_bytes=c.max_payload_bytes,
-        )
-
-    def signal_worker(self, worker: WorkerProcess, signum: int) -> None:
-        """Send ``signum`` to a child that may already be gone."""
-        worker.signals_sent.append(signal.Signals(signum).name)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, signum)
-
-    def kill(self, worker: WorkerProcess, reason: str) -> None:
-        """SIGKILL a child; ``reason`` decides what reap_children writes for its job."""
-        worker.kill_reason = reason
-        event(log, "WorkerKilled", logging.WARNING, slot=worker.slot, pid=worker.pid,
-              reason=reason, job_id=worker.job.ticket.job_id if worker.job else None)
-        self.signal_worker(worker, signal.SIGKILL)
+    def group_counts(self) -> tuple[dict[Group, int], dict[Group, int]]:
+        """Idle workers and all workers, per group."""
+        idle: dict[Group, int] = {}
+        total: dict[Group, int] = {}
+        for child in self.children.values():
+            total[child.group] = total.get(child.group, 0) + 1
+            if child.idle:
+                idle[child.group] = idle.get(child.group, 0) + 1
+        return idle, total

@@ -1,120 +1,101 @@
-"""A worker process: one connection opened after fork, one slot, reports over a pipe.
+"""A worker process: jobs arrive from the parent over a socket, outcomes go back the same way.
 
-It claims, runs the handler in its main thread, settles in a transaction,
-and tells the parent what it claimed and when it finished. It dies with its
-parent, and leaves only through ``os._exit`` so that nothing inherited from
-the parent (connections, atexit hooks) runs in it.
+It runs each handler in its main thread and never waits for the database on
+the hot path: the parent claims for it and writes its plain outcomes. A job
+with effects (``chain``, ``on_succeeded``) is settled here, in one
+transaction on the worker's own connection (opened on first need). It dies
+with its parent, flushes stdout and stderr, and leaves only through
+``os._exit``, so that nothing inherited from the parent (connections, atexit
+hooks) runs in it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import logging
 import os
 import signal
-import socket
+import sys
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import timedelta
 from types import FrameType
 from typing import NoReturn
 
 from brooq import osproc
-from brooq.engine.runner import Attempted, SlotRunner
-from brooq.engine.store import Claimed
+from brooq.engine.executor import Executed, Executor
+from brooq.engine.outcome import Outcome
+from brooq.engine.runner import Attempted, settle_executed
+from brooq.engine.store import Claimed, Store
 from brooq.logs import LoggingListener
 from brooq.metrics import Metrics, set_identity
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import protocol
-from brooq.vocabulary import KindOptions, StoreUnavailable
+from brooq.vocabulary import StoreUnavailable
 
 log = logging.getLogger("brooq.child")
 
-EXIT_OK = 0
-EXIT_CRASH = 1
-EXIT_RECYCLE = 4
-MAX_RECONNECT_BACKOFF_S = 30.0
+
+class ExitCode(enum.IntEnum):
+    """How a worker process ends; the parent reads it from waitpid."""
+
+    OK = 0
+    CRASH = 1
+    RECYCLE = 4
+    LOST_PARENT = 5
+    """Its connection to the parent broke (the parent died, or a handler closed it)."""
+    STOPPED_IDLE = 6
+    """SIGTERM while it waited for a job: a job the parent sent meanwhile never started."""
 
 
 @dataclass(frozen=True)
-class ChildConfig:
-    """What one worker process needs."""
+class WorkerConfig:
+    """What one worker process needs besides the app."""
 
     slot: int
-    topics: list[str]
+    topics: tuple[str, ...]
     dsn: str
-    lease: timedelta
-    poll_interval: timedelta
     max_jobs: int = 0
     max_memory: int = 0
     notify: bool = True
     max_payload_bytes: int = 1024 * 1024
     metrics_id: str = "w0"
+    prepare: bool = True
 
 
-class ChildListener:
-    """Reports claims and outcomes to the parent, keeps the process title, logs events."""
-
-    def __init__(self, fd: int, slot: int, metrics: Metrics | None = None) -> None:
-        self.fd, self.slot = fd, slot
-        self.current: str | None = None
-        self.log = LoggingListener()
-        self.metrics = metrics
-
-    def claimed(self, claimed: Claimed, options: KindOptions) -> None:
-        """Tell the parent before the handler starts, so it can keep the lease."""
-        self.current = claimed.id
-        protocol.send(self.fd, protocol.ClaimedJob(claimed.id, claimed.attempt, claimed.topic))
-        osproc.title(f"brooq worker {self.slot}: {claimed.topic} job {claimed.id} "
-                     f"attempt {claimed.attempt}")
-        if self.metrics:
-            self.metrics.claimed.labels(topic=claimed.topic).inc()
-            self.metrics.busy.labels(topic=claimed.topic).set(1)
-        self.log.claimed(claimed, options)
-
-    def settled(self, attempted: Attempted) -> None:
-        """Tell the parent the job is no longer ours."""
-        label = attempted.outcome.label if attempted.written else "lost"
-        self.finish(attempted.claimed.id, label)
-        if self.metrics:
-            topic = attempted.claimed.topic
-            if attempted.written:
-                self.metrics.settled.labels(topic=topic, outcome=label).inc()
-            self.metrics.duration.labels(topic=topic).observe(attempted.duration_s)
-            self.metrics.busy.labels(topic=topic).set(0)
-        self.log.settled(attempted)
-
-    def finish(self, job_id: str, label: str) -> None:
-        """Report the end of ``job_id`` and go back to idle."""
-        self.current = None
-        protocol.send(self.fd, protocol.FinishedJob(job_id, label))
-        osproc.title(f"brooq worker {self.slot}: idle")
+class _Stopping(BaseException):
+    """Raised by SIGTERM while idle: leave the blocking read and exit."""
 
 
-class Child:
+class Worker:
     """The loop of one worker process."""
 
-    def __init__(self, queue: Queue, config: ChildConfig, report_fd: int,
+    def __init__(self, queue: Queue, config: WorkerConfig, sock: int,
                  metrics: Metrics | None = None) -> None:
-        self.queue, self.config, self.fd = queue, config, report_fd
-        self.parent_pid = os.getppid()
-        self.stopping = False
+        self.queue, self.config, self.sock = queue, config, sock
+        self.executor = Executor(queue.registry)
+        self.metrics = metrics
+        self.log = LoggingListener()
         self.jobs = 0
-        self.store = PostgresStore(config.dsn, notify=config.notify,
-                                   max_payload_bytes=config.max_payload_bytes)
-        self.listener = ChildListener(report_fd, config.slot, metrics)
-        holder = f"{socket.gethostname()}:{os.getpid()}"
-        self.runner = SlotRunner(self.store, queue.registry, holder, config.lease,
-                                 config.topics, self.listener, prefetch=self._want_next)
+        self.stopping = False
+        self.busy = False
+        self._store: Store | None = None
 
-    def _want_next(self) -> bool:
-        # Claim the next job with this settle only if this process will run it:
-        # not stopping, and not due for recycling once this job is counted.
-        return not self.stopping and self._recycle_reason(self.jobs + 1) is None
+    @property
+    def store(self) -> Store:
+        """The worker's own store, for settles with effects; connects on first use."""
+        if self._store is None:
+            c = self.config
+            self._store = PostgresStore(c.dsn, notify=c.notify,
+                                        max_payload_bytes=c.max_payload_bytes, prepare=c.prepare)
+        return self._store
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True  # finish the running job, then leave
+        if not self.busy:
+            raise _Stopping
 
     def install_signals(self) -> None:
         """TERM: finish the job, then leave. INT is ignored: a terminal's ^C reaches the
@@ -125,63 +106,130 @@ class Child:
             signal.signal(signum, signal.SIG_IGN)
         for signum in (signal.SIGQUIT, signal.SIGCHLD):
             signal.signal(signum, signal.SIG_DFL)
-        self.runner.interrupts.install()
+        self.executor.interrupts.install()
+
+    def send(self, message: protocol.Message) -> None:
+        """Tell the parent; a broken connection (EPIPE, EBADF) ends this process."""
+        try:
+            protocol.write_message(self.sock, message)
+        except OSError:
+            os._exit(ExitCode.LOST_PARENT)
 
     def run(self) -> int:
-        """Claim and run jobs until told to stop or due for recycling; the exit code."""
-        osproc.title(f"brooq worker {self.config.slot}: idle")
-        protocol.send(self.fd, protocol.Booted())
-        backoff = 0.2
-        while not self.stopping or self.runner.has_prefetched:
+        """Run the jobs the parent sends until told to stop or due for recycling."""
+        self.idle()
+        self.send(protocol.Booted())
+        try:
+            while True:
+                message = protocol.read_message(self.sock)
+                match message:
+                    case protocol.Assign(claimed):
+                        code = self.take(claimed)
+                        if code is not None:
+                            return code
+                    case protocol.Stop():
+                        return ExitCode.OK
+                    case None:
+                        return ExitCode.LOST_PARENT
+        except _Stopping:
+            return ExitCode.STOPPED_IDLE
+        except (OSError, protocol.ProtocolError):
+            return ExitCode.LOST_PARENT
+
+    def take(self, claimed: Claimed) -> int | None:
+        """Run one job (or give it back when leaving); the exit code when leaving now.
+
+        ``busy`` covers the whole exchange, the reply included: a SIGTERM then
+        only marks the worker stopping, so no message is ever cut in half.
+        """
+        self.busy = True
+        try:
+            reason = self.leaving_reason()
+            if reason is not None:
+                self.send(protocol.Returned(claimed.id, reason))
+                return _exit_for(reason)
+            finished = self.execute(claimed)
+            self.jobs += 1
+            leaving = self.leaving_reason()
+            self.send(protocol.Finished(finished.ticket, finished.outcome, finished.duration_s,
+                                        finished.written, leaving))
+            self.idle()
+            return None if leaving is None else _exit_for(leaving)
+        finally:
+            self.busy = False
+
+    def execute(self, claimed: Claimed) -> protocol.Finished:
+        """Run the handler; settle here when the job has effects, else hand the outcome back."""
+        options = self.executor.options(claimed.topic)
+        osproc.title(f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
+                     f"attempt {claimed.attempt}")
+        self.log.claimed(claimed, options)
+        executed = self.executor.run(claimed)
+        outcome, written = executed.outcome, None
+        if executed.has_effects:
+            outcome, written = self.settle_here(executed)
+        duration = time.monotonic() - executed.started
+        self.log.settled(Attempted(claimed, outcome, written, duration))
+        if self.metrics:
+            self.metrics.duration.labels(topic=claimed.topic).observe(duration)
+        return protocol.Finished(claimed.ticket, outcome, duration, written)
+
+    def settle_here(self, executed: Executed) -> tuple[Outcome, bool]:
+        """Write done with the job's effects in one transaction; an outage writes nothing.
+
+        A connection that broke (a restarted or terminated backend) is opened
+        again for one more try: the fence makes it safe, and it spares the job
+        a wait for its lease to run out.
+        """
+        try:
             try:
-                worked = self.runner.run_once() is not None
-                if not worked and not self.stopping:
-                    self.store.wait_for_jobs(self.config.poll_interval.total_seconds())
-                    if os.getppid() != self.parent_pid:
-                        return EXIT_OK  # orphaned (no PR_SET_PDEATHSIG here): stop claiming
-                backoff = 0.2
-            except StoreUnavailable as exc:
-                self._unsettled()
-                log.warning("database unavailable; retrying", extra={
-                    "event": "DatabaseUnavailable", "error": str(exc), "retry_in_s": backoff})
-                time.sleep(backoff)
-                backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF_S)
-                continue
-            if worked:
-                self.jobs += 1
-                reason = self._recycle_reason(self.jobs)
-                if reason and not self.runner.has_prefetched:  # run a claimed job first
-                    protocol.send(self.fd, protocol.Recycling(reason))
-                    return EXIT_RECYCLE
-        return EXIT_OK
+                return settle_executed(self.store, executed)
+            except StoreUnavailable:
+                return settle_executed(self.store, executed)
+        except StoreUnavailable as exc:
+            # Nothing was written: the parent stops keeping the lease, the reaper
+            # returns the job, and it runs again (at least once).
+            log.warning("database unavailable; the job will run again",
+                        extra={"event": "DatabaseUnavailable", "error": str(exc),
+                               "job_id": executed.claimed.id})
+            return executed.outcome, False
 
-    def _unsettled(self) -> None:
-        # The outcome of the running job could not be written: the parent stops
-        # keeping its lease, the reaper returns it, and it runs again.
-        if self.listener.current is not None:
-            self.listener.finish(self.listener.current, "unsettled")
-
-    def _recycle_reason(self, jobs: int) -> str | None:
-        if self.config.max_jobs and jobs >= self.config.max_jobs:
+    def leaving_reason(self) -> str | None:
+        """Why this worker must leave before its next job, or None."""
+        if self.stopping:
+            return "stopping"
+        if self.config.max_jobs and self.jobs >= self.config.max_jobs:
             return "max_jobs"
         if self.config.max_memory and osproc.rss_bytes() > self.config.max_memory:
             return "max_memory"
         return None
 
+    def idle(self) -> None:
+        """Show the worker as idle in ps."""
+        osproc.title(f"brooq worker {self.config.slot}: idle")
 
-def child_main(
-    queue: Queue, config: ChildConfig, report_fd: int, parent_pid: int,
+
+def _exit_for(reason: str) -> int:
+    return ExitCode.RECYCLE if reason.startswith("max_") else ExitCode.OK
+
+
+def worker_main(
+    queue: Queue, config: WorkerConfig, sock: int, parent_pid: int,
     metrics: Metrics | None = None,
 ) -> NoReturn:
     """Entry point after fork; never returns."""
-    code = EXIT_CRASH
+    code: int = ExitCode.CRASH
     try:
         osproc.die_with_parent(parent_pid)
         set_identity(config.metrics_id)
-        child = Child(queue, config, report_fd, metrics)
-        child.install_signals()
-        code = child.run()
+        worker = Worker(queue, config, sock, metrics)
+        worker.install_signals()
+        code = worker.run()
     except BaseException:
         traceback.print_exc()
     finally:
+        # Whatever a handler printed must reach the log before _exit skips the flush.
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(BaseException):
+                stream.flush()
         os._exit(code)

@@ -1,102 +1,197 @@
-"""The child → parent pipe: one short text line per event, atomic under PIPE_BUF.
+"""Parent ↔ worker messages over a socket pair: length-prefixed JSON frames.
 
-``B`` booted · ``C <job_id> <attempt> <topic>`` claimed · ``F <job_id> <label>``
-finished (label: done, failed, …, or ``unsettled`` when the outcome could not
-be written) · ``X <reason>`` leaving to be recycled.
+Parent → worker: ``Assign`` (a claimed job to run), ``Stop``. Worker →
+parent: ``Booted``, ``Finished`` (the decided outcome, or a settle the worker
+wrote itself because the job had effects), ``Returned`` (a job given back
+unrun because the worker is leaving). A frame is a 4-byte big-endian length
+and a JSON array whose first item names the message. Anything that does not
+decode is a protocol error: the parent treats that worker as broken.
 """
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
+import struct
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-MAX_LINE = 512
+from brooq.engine.outcome import Outcome, SettleKind
+from brooq.engine.store import Claimed, Ticket
+
+MAX_FRAME = 64 * 1024 * 1024
+_LENGTH = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a message: it is broken or not a brooq process."""
 
 
 @dataclass(frozen=True, slots=True)
 class Booted:
-    """The child is set up and about to claim."""
+    """The worker is set up and waits for jobs."""
 
 
 @dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """The child claimed a job and starts its handler."""
+class Assign:
+    """Run this claimed job."""
+
+    claimed: Claimed
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    """Leave now (the worker is idle)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The worker is done with a job.
+
+    ``written`` is None when the parent writes ``outcome`` (a plain outcome,
+    for the completer); True or False when the worker settled the job itself
+    (it had chained jobs or hooks) and whether its write matched.
+    ``leaving`` names why the worker exits now (max_jobs, max_memory,
+    stopping), or is None.
+    """
+
+    ticket: Ticket
+    outcome: Outcome
+    duration_s: float
+    written: bool | None = None
+    leaving: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """A job given back unrun: the worker is leaving (``reason``)."""
 
     job_id: str
-    attempt: int
-    topic: str
-
-
-@dataclass(frozen=True, slots=True)
-class FinishedJob:
-    """The child is done with a job (``label`` says how)."""
-
-    job_id: str
-    label: str
-
-
-@dataclass(frozen=True, slots=True)
-class Recycling:
-    """The child exits on purpose to be replaced (max_jobs, max_memory)."""
-
     reason: str
 
 
-Message = Booted | ClaimedJob | FinishedJob | Recycling
+Message = Booted | Assign | Stop | Finished | Returned
+
+
+def _outcome_fields(o: Outcome) -> list[object]:
+    retry = None if o.retry_in is None else o.retry_in.total_seconds()
+    return [str(o.kind), o.label, retry, o.refund_attempt, o.error, o.traceback]
+
+
+def _outcome(fields: list[object]) -> Outcome:
+    kind, label, retry, refund, error, trace = fields
+    return Outcome(SettleKind(str(kind)), str(label),
+                   None if retry is None else timedelta(seconds=float(str(retry))),
+                   bool(refund), None if error is None else str(error),
+                   None if trace is None else str(trace))
 
 
 def encode(message: Message) -> bytes:
-    """The line for ``message``."""
+    """The frame of ``message``."""
     match message:
         case Booted():
-            line = "B"
-        case ClaimedJob(job_id, attempt, topic):
-            line = f"C {job_id} {attempt} {topic}"
-        case FinishedJob(job_id, label):
-            line = f"F {job_id} {label}"
-        case Recycling(reason):
-            line = f"X {reason}"
-    return (line[: MAX_LINE - 1] + "\n").encode()
+            body: list[object] = ["B"]
+        case Assign(c):
+            body = ["A", c.id, c.ticket.holder, c.ticket.attempt, c.expirations, c.topic,
+                    c.locked_until.isoformat(), c.payload_text]
+        case Stop():
+            body = ["S"]
+        case Finished(t, o, duration, written, leaving):
+            body = ["F", t.job_id, t.holder, t.attempt, *_outcome_fields(o), duration, written,
+                    leaving]
+        case Returned(job_id, reason):
+            body = ["R", job_id, reason]
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8",
+                                                                              "surrogatepass")
+    return _LENGTH.pack(len(data)) + data
 
 
-def decode(line: str) -> Message | None:
-    """The message of one line; None for a line that is not one (ignored)."""
-    parts = line.split()
-    match parts:
-        case ["B"]:
-            return Booted()
-        case ["C", job_id, attempt, topic] if attempt.isdigit():
-            return ClaimedJob(job_id, int(attempt), topic)
-        case ["F", job_id, label]:
-            return FinishedJob(job_id, label)
-        case ["X", reason]:
-            return Recycling(reason)
-    return None
+def decode(data: bytes) -> Message:
+    """The message of one frame's body; ProtocolError for anything else."""
+    try:
+        body = json.loads(data.decode("utf-8", "surrogatepass"))
+        match body:
+            case ["B"]:
+                return Booted()
+            case ["A", job_id, holder, attempt, expirations, topic, until, payload]:
+                ticket = Ticket(str(job_id), str(holder), int(attempt))
+                return Assign(Claimed(ticket, str(topic), str(payload),
+                                      datetime.fromisoformat(str(until)), int(expirations)))
+            case ["S"]:
+                return Stop()
+            case ["F", job_id, holder, attempt, *rest] if len(rest) == 9:
+                ticket = Ticket(str(job_id), str(holder), int(attempt))
+                written = rest[7] if rest[7] is None else bool(rest[7])
+                leaving = rest[8] if rest[8] is None else str(rest[8])
+                return Finished(ticket, _outcome(rest[:6]), float(rest[6]), written, leaving)
+            case ["R", job_id, reason]:
+                return Returned(str(job_id), str(reason))
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ProtocolError(f"undecodable message: {type(exc).__name__}") from None
+    raise ProtocolError("unknown message")
 
 
-class Reader:
-    """Splits the bytes read from a child's pipe into messages."""
+class FrameReader:
+    """Splits the bytes read from a socket into messages (non-blocking reads)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self._buffer = b""
+        self._buffer = bytearray()
 
     def read(self) -> tuple[list[Message], bool]:
-        """Messages available now, and whether the pipe reached EOF (the child is gone)."""
+        """Messages available now, and whether the peer closed its end (EOF)."""
         try:
-            chunk = os.read(self.fd, 65536)
-        except BlockingIOError:
+            chunk = os.read(self.fd, 1 << 20)
+        except (BlockingIOError, InterruptedError):
             return [], False
-        if not chunk:
+        except OSError:
             return [], True
+        if not chunk:
+            return self._split(), True
         self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        messages = [decode(line.decode(errors="replace")) for line in lines]
-        return [m for m in messages if m is not None], False
+        return self._split(), False
+
+    def _split(self) -> list[Message]:
+        out: list[Message] = []
+        buf = self._buffer
+        while len(buf) >= 4:
+            (length,) = _LENGTH.unpack_from(buf)
+            if length > MAX_FRAME:
+                raise ProtocolError(f"frame of {length} bytes")
+            if len(buf) < 4 + length:
+                break
+            out.append(decode(bytes(buf[4:4 + length])))
+            del buf[:4 + length]
+        return out
 
 
-def send(fd: int, message: Message) -> None:
-    """Write ``message`` to the parent; a parent that is gone is not an error here."""
-    with contextlib.suppress(OSError):
-        os.write(fd, encode(message))
+def read_message(fd: int) -> Message | None:
+    """Block until one whole message arrives on ``fd`` (a worker's end); None at EOF."""
+    head = _read_exactly(fd, 4)
+    if head is None:
+        return None
+    (length,) = _LENGTH.unpack(head)
+    if length > MAX_FRAME:
+        raise ProtocolError(f"frame of {length} bytes")
+    body = _read_exactly(fd, length)
+    if body is None:
+        return None
+    return decode(body)
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def write_message(fd: int, message: Message) -> None:
+    """Write ``message`` whole on a blocking ``fd``; OSError when the peer is gone."""
+    data = memoryview(encode(message))
+    while data:
+        data = data[os.write(fd, data):]

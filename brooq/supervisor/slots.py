@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from brooq.vocabulary import BrooqError
+from brooq.vocabulary import InvalidInput
 
 
-class SlotSpecError(BrooqError, ValueError):
+class SlotSpecError(InvalidInput):
     """``--workers``/``--topics`` do not describe a valid set of slots."""
 
 
-def parse_slots(workers: str, topics: Sequence[str], registered: Sequence[str]) -> list[list[str]]:
+def parse_slots(
+    workers: int | str, topics: Sequence[str], registered: Sequence[str]
+) -> list[list[str]]:
     """One list of topics per slot.
 
     ``workers`` is a count (every slot serves ``topics``) or comma-separated
@@ -26,7 +28,7 @@ def parse_slots(workers: str, topics: Sequence[str], registered: Sequence[str]) 
             f"--topics names topics the app does not handle: {', '.join(unknown)}; "
             f"it handles: {', '.join(registered)}"
         )
-    text = workers.strip()
+    text = str(workers).strip()
     if text.isdigit():
         count = int(text)
         if count < 1:
@@ -62,6 +64,11 @@ class SlotState:
     topics: list[str]
     failures: int = 0
     not_before: float = 0.0
+
+    @property
+    def group(self) -> tuple[str, ...]:
+        """The topics of this slot as a group key: slots that serve the same topics share jobs."""
+        return tuple(sorted(self.topics))
 
     def boot_failed(self, now: float) -> float:
         """Record a boot failure; return the delay before the next fork."""

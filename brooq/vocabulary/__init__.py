@@ -5,11 +5,13 @@ from brooq.vocabulary.durations import coerce_duration, format_duration, parse_d
 from brooq.vocabulary.errors import (
     BrooqError,
     EnqueueConflict,
+    InvalidInput,
     InvalidJob,
     InvalidKindOptions,
     InvalidTopic,
     JobNotFound,
     KindNotRegistered,
+    NeedsDatabase,
     StoreUnavailable,
 )
 from brooq.vocabulary.handler_signals import (
@@ -23,6 +25,7 @@ from brooq.vocabulary.handler_signals import (
     PreserveAttempt,
     find_signal,
 )
+from brooq.vocabulary.holder import holder_host, holder_id
 from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
 from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
@@ -48,6 +51,7 @@ __all__ = [
     "Enqueued",
     "HandlerSignal",
     "Interrupted",
+    "InvalidInput",
     "InvalidJob",
     "InvalidKindOptions",
     "InvalidTopic",
@@ -59,6 +63,7 @@ __all__ = [
     "KindOptions",
     "Lease",
     "LeaseLost",
+    "NeedsDatabase",
     "PreserveAttempt",
     "Schedule",
     "SettleHook",
@@ -70,6 +75,8 @@ __all__ = [
     "encode_payload",
     "find_signal",
     "format_duration",
+    "holder_host",
+    "holder_id",
     "new_job_id",
     "new_job_ids",
     "parse_duration",

@@ -24,7 +24,9 @@ class Lease(NamedTuple):
 class Claim:
     """A job taken by this worker for one attempt.
 
-    ``attempt`` counts from 1 and is already charged. ``deadline`` is when the
+    ``attempt`` counts from 1 and is already charged: it is the charged attempt
+    (times taken less ``expirations``, the times its holder died while it ran),
+    which is what ``max_attempts`` bounds. ``deadline`` is when the
     attempt times out (None when the kind has no attempt timeout). Jobs added
     with :meth:`chain` and hooks added with :meth:`on_succeeded` run in the
     transaction that settles this job ``done``, and only then: if that
@@ -38,6 +40,7 @@ class Claim:
     lease: Lease
     deadline: datetime | None = None
     max_attempts: int | None = None
+    expirations: int = 0
     _chained: list[Job] = field(default_factory=list, repr=False)
     _hooks: list[SettleHook] = field(default_factory=list, repr=False)
 

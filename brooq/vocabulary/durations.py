@@ -8,6 +8,8 @@ from datetime import timedelta
 from fractions import Fraction
 
 _ZERO = timedelta(0)
+MAX_DURATION = timedelta(days=365)
+"""The longest duration a setting or kind option takes: longer ones overflow timestamps."""
 _MICROS = {"ms": 10**3, "s": 10**6, "m": 60 * 10**6, "h": 3600 * 10**6, "d": 86400 * 10**6}
 # Output stops at hours on purpose (like Go): `720h` reads as "30 days" to operators.
 _SHOWN_MICROS = (("h", _MICROS["h"]), ("m", _MICROS["m"]), ("s", _MICROS["s"]))
@@ -62,7 +64,7 @@ def format_duration(td: timedelta) -> str:
 
 
 def coerce_duration(value: timedelta | int | float | str, *, name: str) -> timedelta:
-    """A non-negative timedelta from a timedelta, a number of seconds or a string with units.
+    """A timedelta in ``[0, 365 days]`` from a timedelta, seconds or a string with units.
 
     Raises ValueError naming `name` for booleans, bare-number strings,
     negative, infinite or NaN values and any other type.
@@ -73,6 +75,10 @@ def coerce_duration(value: timedelta | int | float | str, *, name: str) -> timed
         raise ValueError(f"{name}: {exc}") from None
     if td < _ZERO:
         raise ValueError(f"{name}: must not be negative (got {format_duration(td)})")
+    if td > MAX_DURATION:
+        raise ValueError(
+            f"{name}: {format_duration(td)} is longer than 365 days; write at most 8760h"
+        )
     return td
 
 

@@ -7,15 +7,23 @@ class BrooqError(Exception):
     """Base class of every error brooq raises on purpose."""
 
 
-class InvalidTopic(BrooqError, ValueError):
+class InvalidInput(BrooqError, ValueError):
+    """What was given (an argument, a setting, a job) is not valid; nothing was done.
+
+    The command line exits 2 for these and only these: any other error is an
+    operation that failed (exit 1) or a bug.
+    """
+
+
+class InvalidTopic(InvalidInput):
     """A topic is not lowercase words separated by dots or dashes."""
 
 
-class InvalidJob(BrooqError, ValueError):
+class InvalidJob(InvalidInput):
     """A job cannot be enqueued as given (payload, key, time); nothing was written."""
 
 
-class InvalidKindOptions(BrooqError, ValueError):
+class InvalidKindOptions(InvalidInput):
     """Kind options are out of range or contradict each other."""
 
 
@@ -25,6 +33,10 @@ class JobNotFound(BrooqError, LookupError):
 
 class KindNotRegistered(BrooqError, LookupError):
     """A claimed job's topic has no handler in this process."""
+
+
+class NeedsDatabase(BrooqError, TypeError):
+    """The operation needs a real database transaction, which the in-memory store has not."""
 
 
 class StoreUnavailable(BrooqError):

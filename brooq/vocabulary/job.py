@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from brooq.vocabulary.errors import InvalidJob
 from brooq.vocabulary.state import State
@@ -44,6 +44,8 @@ class Job:
                     f"idempotency_key is {len(key)} characters, above the limit of "
                     f"{IDEMPOTENCY_KEY_MAX_LENGTH}; hash long keys (e.g. sha256) first"
                 )
+            if not key.isprintable() and _has_surrogate(key):
+                raise InvalidJob("idempotency_key holds a lone surrogate, which is not valid UTF-8")
             if "\x00" in key:
                 raise InvalidJob("idempotency_key holds a NUL character, which PostgreSQL rejects")
             if key == "":
@@ -61,15 +63,35 @@ class Job:
                 )
 
 
-class Enqueued(NamedTuple):
-    """The result of an enqueue: the job's id and whether this call created the row.
+class Enqueued(tuple[str, bool]):
+    """The result of an enqueue: ``(id, created)``, and the row's ``state``.
 
+    It unpacks as a pair (``job_id, created = queue.enqueue(job)``).
     ``created`` is False when a row with the same (topic, idempotency_key)
-    already existed; ``id`` is then that row's id.
+    already existed, whatever its state; ``id`` and ``state`` are then that
+    row's, so a caller can tell a key held by a ``dead`` job (which will not
+    run again unless retried: ``brooq jobs retry ID``) from one still queued.
     """
 
-    id: str
-    created: bool
+    state: State
+
+    def __new__(cls, id: str, created: bool, state: State = State.PENDING) -> Enqueued:
+        self = super().__new__(cls, (id, created))
+        self.state = state
+        return self
+
+    @property
+    def id(self) -> str:
+        """The job's id (the existing row's when not created)."""
+        return self[0]
+
+    @property
+    def created(self) -> bool:
+        """True when this call wrote the row."""
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"Enqueued(id={self.id!r}, created={self.created!r}, state={str(self.state)!r})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +111,13 @@ class JobRecord:
     last_error: str | None
     created_at: datetime
     updated_at: datetime
+    expirations: int = 0
+    last_traceback: str | None = None
+
+    @property
+    def charged_attempts(self) -> int:
+        """Attempts that count against ``max_attempts``: taken, less lease expiries."""
+        return self.attempts - self.expirations
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-friendly values (timestamps in ISO 8601)."""
@@ -98,3 +127,7 @@ class JobRecord:
             out[name] = value.isoformat() if isinstance(value, datetime) else value
         out["state"] = str(self.state)
         return out
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)

@@ -163,7 +163,7 @@ def check(conn: Executes, plan: Plan, side_dir: Path, *,
     expired and the reaper may have pushed a job past max_attempts.
     """
     rows = {str(r[0]): r[1:] for r in conn.execute(
-        "SELECT id, state, attempts, last_error, locked_by FROM job")}
+        "SELECT id, state, attempts, last_error, locked_by, expirations FROM job")}
     effects = Counter(str(r[0]) for r in conn.execute("SELECT job_id FROM effect"))
     side = read_side_log(side_dir)
     v = Verdict(jobs=plan.total)
@@ -193,7 +193,10 @@ def _check_job(job_id: str, behaviour: str, times: int, row: tuple[Any, ...] | N
     if row is None:
         v.lost += 1
         return ["LOST: the row is gone"]
-    state, attempts, last_error, _ = row
+    state, attempts, last_error, _, expirations = row
+    # The attempt a handler sees, and max_attempts bounds, is the charged one: a lease
+    # expiry (the host or supervisor died) takes an attempt but is not charged.
+    charged = attempts - expirations
     out: list[str] = []
     starts = {s.attempt for s in entries if s.event == "start"}
     oks = {s.attempt for s in entries if s.event == "ok"}
@@ -221,36 +224,38 @@ def _check_job(job_id: str, behaviour: str, times: int, row: tuple[Any, ...] | N
     planned = max_attempts if behaviour == "poison" else (
         times + 1 if behaviour in MISBEHAVIOURS else 1)
     v.reruns += max(0, sum(1 for s in entries if s.event == "start") - planned)
-    if attempts > max_attempts and not lease_faults:
-        out.append(f"ATTEMPTS: above max_attempts={max_attempts} without any lease expiry")
+    if charged > max_attempts:
+        out.append(f"ATTEMPTS: {charged} charged, above max_attempts={max_attempts}")
+    if expirations and not lease_faults:
+        out.append(f"EXPIRATIONS: {expirations} lease expiries without any lease fault")
     if state == "done":
         v.extra_attempts += attempts - planned
-        if attempts < planned:
-            out.append(f"ATTEMPTS: done after {attempts} attempts, but the first {times} "
+        if charged < planned:
+            out.append(f"ATTEMPTS: done after {charged} attempts, but the first {times} "
                        "always fail")
-        if attempts not in starts or attempts not in oks:
+        if charged not in starts or charged not in oks:
             out.append("UNEXPLAINED DONE: no side-log start+ok for the attempt that was "
                        "recorded done")
     elif state == "dead":
         v.extra_attempts += max(0, attempts - max_attempts)
-        if attempts < max_attempts:
-            out.append(f"DEAD TOO EARLY: dead after {attempts} < max_attempts={max_attempts}")
+        if charged < max_attempts and "lease expired" not in (last_error or ""):
+            out.append(f"DEAD TOO EARLY: dead after {charged} < max_attempts={max_attempts}")
         error = last_error or ""
         if "ledger: poison" not in error and not any(c in error for c in CRASH_ERRORS):
             out.append("DEAD WITHOUT A RECORDED FAILURE of the last attempt")
-    runless = [a for a in range(1, attempts + 1) if a not in starts]
+    runless = [a for a in range(1, charged + 1) if a not in starts]
     v.claims_without_run += len(runless)
     if strict:
         if runless:
             out.append(f"UNEXPLAINED ATTEMPTS: attempts {runless} were charged but no handler "
                        "started (only handler faults were injected)")
         faulted = {s.attempt for s in entries if s.event in (*MISBEHAVIOURS, "poison")}
-        final = attempts if state == "done" else attempts + 1
+        final = charged if state == "done" else charged + 1
         retried = sorted(a for a in range(1, final) if a in starts and a not in faulted)
         if retried:
             out.append(f"UNEXPLAINED RETRY: attempts {retried} started, did not misbehave, and "
                        "were not recorded done (only handler faults were injected)")
-        lost_ok = sorted(a for a in oks if a != attempts or state != "done")
+        lost_ok = sorted(a for a in oks if a != charged or state != "done")
         if lost_ok:
             out.append(f"LOST SUCCESS: attempts {lost_ok} returned ok but were not recorded "
                        "done (only handler faults were injected)")

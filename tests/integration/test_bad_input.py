@@ -181,11 +181,11 @@ def cli(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 
 
 CLI_CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
-    ("topic uppercase", ["enqueue", "--topic", "Email.Send"], {}, 2, "lowercase"),
-    ("topic empty", ["enqueue", "--topic", ""], {}, 2, "topic is empty"),
-    ("topic with SQL", ["enqueue", "--topic", "x'; DROP TABLE job; --"], {}, 2, "invalid"),
-    ("topic too long", ["enqueue", "--topic", "a" * 300], {}, 2, "longer than 128"),
-    ("topic with spaces", ["enqueue", "--topic", "a b"], {}, 2, "invalid"),
+    ("topic uppercase", ["enqueue", "--payload", "null", "--topic", "Email.Send"], {}, 2, "lowercase"),
+    ("topic empty", ["enqueue", "--payload", "null", "--topic", ""], {}, 2, "topic is empty"),
+    ("topic with SQL", ["enqueue", "--payload", "null", "--topic", "x'; DROP TABLE job; --"], {}, 2, "invalid"),
+    ("topic too long", ["enqueue", "--payload", "null", "--topic", "a" * 300], {}, 2, "longer than 128"),
+    ("topic with spaces", ["enqueue", "--payload", "null", "--topic", "a b"], {}, 2, "invalid"),
     ("payload not JSON", ["enqueue", "--topic", "ok", "--payload", "{bad"], {}, 2,
      "--payload is not valid JSON"),
     ("payload NUL", ["enqueue", "--topic", "ok", "--payload", '"a\\u0000b"'], {}, 2, "NUL"),
@@ -194,9 +194,9 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ("payload infinite", ["enqueue", "--topic", "ok", "--payload", "1e999"], {}, 2, "NaN"),
     ("payload too large", ["enqueue", "--topic", "ok", "--payload", json.dumps("x" * 200)],
      {"QUEUE_MAX_PAYLOAD_BYTES": "100B"}, 2, "QUEUE_MAX_PAYLOAD_BYTES"),
-    ("key too long", ["enqueue", "--topic", "ok", "--key", "k" * 5000], {}, 2, "hash long keys"),
-    ("at a bare number", ["enqueue", "--topic", "ok", "--at", "5"], {}, 2, "--at"),
-    ("at without zone", ["enqueue", "--topic", "ok", "--at", "2030-01-01T00:00:00"], {}, 2,
+    ("key too long", ["enqueue", "--payload", "null", "--topic", "ok", "--key", "k" * 5000], {}, 2, "hash long keys"),
+    ("at a bare number", ["enqueue", "--payload", "null", "--topic", "ok", "--at", "5"], {}, 2, "--at"),
+    ("at without zone", ["enqueue", "--payload", "null", "--topic", "ok", "--at", "2030-01-01T00:00:00"], {}, 2,
      "no time zone"),
     ("lease bare number", ["config", "show"], {"QUEUE_LEASE": "5"}, 2, "QUEUE_LEASE"),
     ("lease negative", ["config", "show"], {"QUEUE_LEASE": "-5s"}, 2, "QUEUE_LEASE"),
@@ -263,7 +263,7 @@ def test_cli_warns_on_unknown_queue_keys_without_failing(
 ])
 def test_cli_never_prints_the_dsn_password(
         dsn_with_password: str, cli: Callable[..., tuple[int, str, str]]) -> None:
-    for argv in (["status"], ["enqueue", "--topic", "ok"], ["config", "show"]):
+    for argv in (["status"], ["enqueue", "--topic", "ok", "--payload", "1"], ["config", "show"]):
         code, out, err = cli(*argv, DATABASE_URL=dsn_with_password)
         assert PASSWORD not in out + err, f"{argv}: the password leaked"
         if argv[0] != "config":

@@ -57,7 +57,7 @@ def _check_plan(plan: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name", sorted(SERVED))
 def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], name: str) -> None:
-    params = {"holder": "w1", "lease": timedelta(seconds=30), **SERVED[name]}
+    params = {"holder": "w1", "lease": timedelta(seconds=30), "limit": 10, **SERVED[name]}
     row = big_queue.execute("EXPLAIN (FORMAT JSON) " + sql(name), params).fetchone()
     assert row is not None
     _check_plan(row[0][0]["Plan"])
@@ -66,9 +66,9 @@ def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], nam
 
 
 PREPARED = {
-    "claim_topic": ("text, interval, text", "'w1', '30 seconds', 'report.daily'"),
-    "claim_topics": ("text, interval, text[]",
-                     "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize']"),
+    "claim_topic": ("text, interval, text, int", "'w1', '30 seconds', 'report.daily', 10"),
+    "claim_topics": ("text, interval, text[], int",
+                     "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize'], 10"),
 }
 
 
@@ -77,7 +77,7 @@ def test_generic_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], n
     """psycopg prepares a statement it runs often; the generic plan must be as good."""
     types, args = PREPARED[name]
     statement = sql(name)
-    for i, param in enumerate(("holder", "lease", name.replace("claim_", "")), start=1):
+    for i, param in enumerate(("holder", "lease", name.replace("claim_", ""), "limit"), start=1):
         statement = statement.replace(f"%({param})s", f"${i}")
     assert "%(" not in statement
     big_queue.execute("SET plan_cache_mode = force_generic_plan")

@@ -233,7 +233,8 @@ def test_claim_order_without_available_at_is_enqueue_order(env: Env) -> None:
 
 
 def test_claim_charges_an_attempt(env: Env) -> None:
-    """Invariant 6: attempts = how many times the job was taken, reaper or not."""
+    """Invariant 6: attempts = how many times the job was taken, reaper or not; the expiry is
+    counted apart (invariant 7), so the attempt a handler sees is the charged one."""
     store = env.store
     job_id = enqueue(store)
     first = claim(store)
@@ -245,11 +246,12 @@ def test_claim_charges_an_attempt(env: Env) -> None:
     second = claim(store)
     assert second.attempt == 2 and store.get(job_id).attempts == 2
     env.expire(job_id)
-    assert store.requeue_expired() == [TopicCount("work", 1)]
-    assert store.get(job_id).attempts == 2
+    assert store.requeue_expired().pending == [TopicCount("work", 1)]
+    assert store.get(job_id).attempts == 2 and store.get(job_id).expirations == 1
 
     third = claim(store, "worker-2")
-    assert third.attempt == 3 and store.get(job_id).attempts == 3
+    assert third.ticket.attempt == 3 and store.get(job_id).attempts == 3
+    assert third.attempt == 2 and store.get(job_id).charged_attempts == 2
 
 
 def test_claim_returns_none_when_nothing_is_ready(env: Env) -> None:
@@ -296,11 +298,12 @@ def _stale_ticket(env: Env, scenario: str) -> tuple[str, Ticket]:
             assert store.cancel(job_id)
         case "after-requeue":
             env.expire(job_id)
-            assert store.requeue_expired() == [TopicCount("work", 1)]
+            assert store.requeue_expired().pending == [TopicCount("work", 1)]
         case "after-requeue-and-reclaim":
             env.expire(job_id)
             store.requeue_expired()
-            assert claim(store, "worker-1").attempt == 2  # same holder name, new attempt
+            again = claim(store, "worker-1")  # same holder name, new attempt
+            assert (again.ticket.attempt, again.attempt) == (2, 1)  # the expiry is not charged
     return job_id, c.ticket
 
 
@@ -365,7 +368,7 @@ def test_terminal_rows_are_never_overwritten(env: Env, state: str) -> None:
     # Its old lease runs out: the reaper must still leave it alone.
     env.force(job_id, locked_until=env.now() - timedelta(minutes=1))
     before = store.get(job_id)
-    assert store.requeue_expired() == []
+    assert store.requeue_expired().pending == []
     assert store.get(job_id) == before
 
 
@@ -408,7 +411,7 @@ def test_heartbeat_keeps_the_reaper_away(env: Env) -> None:
     job_id = enqueue(store)
     c = claim(store, lease=timedelta(seconds=30))
     assert store.heartbeat([c.ticket], LONG_LEASE) == {job_id}
-    assert store.requeue_expired() == []
+    assert store.requeue_expired().pending == []
     assert store.get(job_id).state is State.PROCESSING
     assert store.settle(c.ticket, DONE)
 
@@ -435,7 +438,7 @@ def test_requeue_expired_returns_rows_without_touching_attempts(env: Env) -> Non
 
     env.expire(expired_work, expired_other)
     t0 = env.now()
-    assert store.requeue_expired() == [TopicCount("other", 1), TopicCount("work", 1)]
+    assert store.requeue_expired().pending == [TopicCount("other", 1), TopicCount("work", 1)]
     t1 = env.now()
     for job_id, attempts in ((expired_work, 2), (expired_other, 1)):
         row = store.get(job_id)
@@ -444,11 +447,12 @@ def test_requeue_expired_returns_rows_without_touching_attempts(env: Env) -> Non
         assert between(row.available_at, t0, t1)
     assert store.get(alive) == before_alive
     assert store.get(pending) == before_pending
-    assert store.requeue_expired() == []
+    assert store.requeue_expired().pending == []
     assert store.heartbeat([c3.ticket], LEASE) == {alive}
 
     again = claim(store, "worker-4", ("work",))
-    assert (again.id, again.attempt) == (expired_work, 3)
+    assert (again.id, again.ticket.attempt, again.attempt) == (expired_work, 3, 2)
+    assert store.get(expired_work).expirations == 1
 
 
 # -- retention --------------------------------------------------------------------------------

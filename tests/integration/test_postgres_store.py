@@ -73,7 +73,7 @@ def test_claim_sets_holder_and_lease_together(
     unheld = "state = 'processing' AND (locked_by IS NULL OR locked_until IS NULL)"
     assert count_jobs(pg, unheld) == 0
     pg.execute("UPDATE job SET locked_until = now() - interval '1 second'")
-    assert pg_store.requeue_expired() == [TopicCount("work", 20)]
+    assert pg_store.requeue_expired().pending == [TopicCount("work", 20)]
     assert count_jobs(pg, "state = 'pending' AND locked_by IS NULL AND locked_until IS NULL") == 20
 
 
@@ -437,7 +437,7 @@ def test_lost_lease_writes_neither_outcome_nor_effects(
             assert other.cancel(claim.id, reason="mid-run")
         else:
             effects.execute("UPDATE job SET locked_until = now() - interval '1 second'")
-            assert other.requeue_expired() == [TopicCount("work", 1)]
+            assert other.requeue_expired().pending == [TopicCount("work", 1)]
             assert other.claim("worker-2", ["work"], LEASE) is not None
 
     try:

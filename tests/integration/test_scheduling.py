@@ -301,90 +301,60 @@ def test_concurrent_claimers_never_exceed_max_running(
     assert max(samples) == k, "the claimers never reached the limit: the test proves nothing"
 
 
-# -- settle and claim -------------------------------------------------------------------------
+# -- claims in batches and outcomes in batches (the supervisor's producer and completer) ---------
 
 
-def test_settle_and_claim_writes_and_takes_the_next(store: Store) -> None:
+def test_claim_many_takes_the_best_first_up_to_the_limit(store: Store) -> None:
     t = store_now(store)
-    first = add(store, payload=1, available_at=t - timedelta(seconds=2))
-    second = add(store, payload=2, available_at=t - timedelta(seconds=1))
-    claimed = store.claim("w1", ["work"], LEASE)
-    assert claimed is not None and claimed.id == first
-    written, nxt = store.settle_and_claim(claimed.ticket, DONE, ["work"], LEASE)
-    assert written is True
-    assert nxt is not None and nxt.id == second and nxt.ticket == Ticket(second, "w1", 1)
-    assert store.get(first).state is State.DONE
-    assert store.get(second).state is State.PROCESSING and store.get(second).locked_by == "w1"
-    written, nxt2 = store.settle_and_claim(nxt.ticket, DONE, ["work", "other"], LEASE)
-    assert written is True and nxt2 is None
-
-
-def test_settle_and_claim_never_takes_back_the_settled_row(store: Store) -> None:
-    """A retry that is ready at once is not claimed again by the same statement."""
-    job_id = add(store)
-    claimed = store.claim("w1", ["work"], LEASE)
-    assert claimed is not None
-    written, nxt = store.settle_and_claim(claimed.ticket, RETRY_NOW, ["work"], LEASE)
-    assert written is True and nxt is None
-    row = store.get(job_id)
-    assert (row.state, row.attempts) == (State.FAILED, 1)
-    again = store.claim("w1", ["work"], LEASE)  # a later claim does take it
-    assert again is not None and again.id == job_id and again.attempt == 2
-
-
-def test_settle_and_claim_with_a_lost_lease_writes_nothing_but_claims(store: Store) -> None:
-    held = add(store, payload="held")
-    claimed = store.claim("w1", ["work"], LEASE)
-    assert claimed is not None and claimed.id == held
-    other = add(store, payload="other")
-    stale = Ticket(held, "w1", claimed.attempt + 1)  # not this attempt: the fence holds
-    written, nxt = store.settle_and_claim(stale, DONE, ["work"], LEASE)
-    assert written is False
-    assert nxt is not None and nxt.id == other
-    assert store.get(held).state is State.PROCESSING  # untouched
-    thief = Ticket(held, "w2", claimed.attempt)
-    written, nxt = store.settle_and_claim(thief, DONE, ["work"], LEASE)
-    assert (written, nxt) == (False, None)
-    assert store.get(held).state is State.PROCESSING
-
-
-def test_settle_and_claim_abandon_writes_nothing(store: Store) -> None:
-    held = add(store)
-    claimed = store.claim("w1", ["work"], LEASE)
-    assert claimed is not None
-    nxt_id = add(store)
-    abandon = Outcome(SettleKind.ABANDON, "abandoned")
-    written, nxt = store.settle_and_claim(claimed.ticket, abandon, ["work"], LEASE)
-    assert written is False and nxt is not None and nxt.id == nxt_id
-    assert store.get(held).state is State.PROCESSING
-
-
-def test_settle_and_claim_takes_priority_order(store: Store) -> None:
-    t = store_now(store)
-    current = add(store, priority=100)
     low = add(store, priority=0, available_at=t - timedelta(hours=1))
     high = add(store, "other", priority=3)
-    claimed = store.claim("w1", ["work", "other"], LEASE)
-    assert claimed is not None and claimed.id == current
-    _, nxt = store.settle_and_claim(claimed.ticket, DONE, ["work", "other"], LEASE)
-    assert nxt is not None and nxt.id == high
-    _, last = store.settle_and_claim(nxt.ticket, DONE, ["work", "other"], LEASE)
-    assert last is not None and last.id == low
+    old = add(store, priority=3, available_at=t - timedelta(minutes=5))
+    later = add(store, priority=3, available_at=t + timedelta(hours=1))  # not ready
+    got = store.claim_many("w1", ["work", "other"], LEASE, 2)
+    assert [c.id for c in got] == [old, high]
+    assert all(store.get(c.id).state is State.PROCESSING for c in got)
+    rest = store.claim_many("w1", ["work", "other"], LEASE, 10)
+    assert [c.id for c in rest] == [low]
+    assert store.get(later).state is State.PENDING
+
+
+def test_claim_many_never_goes_beyond_max_running(store: Store) -> None:
+    for _ in range(6):
+        add(store, "capped")
+    first = store.claim_many("w1", ["capped"], LEASE, 10, {"capped": 4})
+    assert len(first) == 4
+    assert store.claim_many("w2", ["capped"], LEASE, 10, {"capped": 4}) == []
+    store.settle(first[0].ticket, DONE)
+    assert len(store.claim_many("w2", ["capped"], LEASE, 10, {"capped": 4})) == 1
+
+
+def test_settle_many_writes_what_is_held_and_reports_the_rest(store: Store) -> None:
+    ids = [add(store, payload=i) for i in range(3)]
+    claimed = store.claim_many("w1", ["work"], LEASE, 3)
+    assert sorted(c.id for c in claimed) == sorted(ids)
+    by_id = {c.id: c for c in claimed}
+    stale = Ticket(ids[2], "w1", by_id[ids[2]].ticket.attempt + 1)  # not this attempt
+    written = store.settle_many([(by_id[ids[0]].ticket, DONE), (by_id[ids[1]].ticket, RETRY_NOW),
+                                 (stale, DONE)])
+    assert written == {ids[0], ids[1]}
+    assert store.get(ids[0]).state is State.DONE
+    assert store.get(ids[1]).state is State.FAILED
+    assert store.get(ids[2]).state is State.PROCESSING  # the fence held
+    assert store.settle_many([(by_id[ids[0]].ticket, DONE)]) == set()  # terminal: never again
+    abandon = Outcome(SettleKind.ABANDON, "abandoned")
+    assert store.settle_many([(by_id[ids[2]].ticket, abandon)]) == set()
+    assert store.get(ids[2]).state is State.PROCESSING
 
 
 # -- the claim stays one index scan -----------------------------------------------------------
 
 ROWS = 100_000
 TOPICS = ["email.send", "report.daily", "image.resize"]
-BASE = {"holder": "w1", "lease": LEASE}
-SETTLE = {"id": "00000000-0000-7000-8000-000000000000", "attempt": 1, "state": "done",
-          "refund": 0, "retry_in": timedelta(0), "error": None}
+BASE = {"holder": "w1", "lease": LEASE, "limit": 16}
 STATEMENTS: dict[str, dict[str, Any]] = {
     "claim_topic": {"topic": "report.daily"},
     "claim_topics": {"topics": TOPICS},
     "claim_topic_limited": {"topic": "report.daily", "max_running": 3},
-    "settle_and_claim_topic": {"topic": "report.daily", **SETTLE},
-    "settle_and_claim_topics": {"topics": TOPICS, **SETTLE},
 }
 
 

@@ -64,6 +64,7 @@ KEYS = (None, "", " ", "k1", "k2")
 LEASE = timedelta(hours=1)
 DELAY = timedelta(hours=2)
 TTL = timedelta(days=1)
+MAX_EXPIRATIONS = 3
 OPTS = KindOptions(
     max_attempts=3, backoff_base=timedelta(hours=1), backoff_max=timedelta(hours=2),
 ).with_defaults(BUILTIN_KIND_DEFAULTS)
@@ -113,11 +114,11 @@ class FakeSide:
         return dict(self.store.rows)
 
     def effects(self) -> list[str]:
-        return list(self.store.effects)
+        return [str(e.params[0]) for e in self.store.executed]
 
     def hook(self, job_id: str, fail: bool) -> Callable[[Any], None]:
-        def hook(tx: Any) -> None:
-            tx.record(job_id)
+        def hook(conn: Any) -> None:
+            conn.execute("INSERT INTO effect (job_id) VALUES (%s)", (job_id,))
             if fail:
                 raise RuntimeError("hook failed")
         return hook
@@ -152,14 +153,14 @@ class PgSide:
     def rows(self) -> dict[str, JobRecord]:
         cur = self.pg.execute(
             "SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, "
-            "locked_until, idempotency_key, last_error, created_at, updated_at, "
+            "locked_until, idempotency_key, last_error, created_at, updated_at, expirations, "
             "available_at <= now() FROM job")
         out = {}
         self._ready.clear()
         for r in cur.fetchall():
-            rec = JobRecord(str(r[0]), r[1], r[2], State(r[3]), *r[4:13])
+            rec = JobRecord(str(r[0]), r[1], r[2], State(r[3]), *r[4:13], expirations=r[13])
             out[rec.id] = rec
-            self._ready[rec.id] = bool(r[13])
+            self._ready[rec.id] = bool(r[14])
         return out
 
     def effects(self) -> list[str]:
@@ -211,6 +212,7 @@ class M:
     """Logical time it became available (claim order after priority); None: not ready."""
     state: State = State.PENDING
     attempts: int = 0
+    expirations: int = 0
     holder: str | None = None
     expired: bool = False
     last_error: str | None = None
@@ -272,6 +274,11 @@ class StoreMachine(RuleBasedStateMachine):
     def _now(self) -> int:
         return next(self.model.clock)
 
+    def _charged(self, ticket: Ticket) -> int:
+        """The attempt number a handler of ``ticket`` saw: taken, less lease expiries."""
+        m = self.model.jobs.get(ticket.job_id)
+        return ticket.attempt - (m.expirations if m else 0)
+
     def _pick(self, i: int, states: set[State] | None = None) -> M | None:
         jobs = [m for m in self.model.jobs.values() if states is None or m.state in states]
         return jobs[i % len(jobs)] if jobs else None
@@ -290,7 +297,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert m.state in (State.PENDING, State.FAILED), "claimed a row that was not ready"
         m.state, m.holder, m.expired = State.PROCESSING, holder, False
         m.attempts += 1
-        assert got.attempt == m.attempts and got.ticket.holder == holder  # invariant 6
+        assert got.ticket.attempt == m.attempts and got.ticket.holder == holder  # invariant 6
+        assert got.attempt == m.attempts - m.expirations  # invariant 7: expiries not charged
         assert got.topic == m.topic and got.payload == m.payload  # invariant 5
         self.tickets.append(got.ticket)
 
@@ -304,7 +312,7 @@ class StoreMachine(RuleBasedStateMachine):
         if outcome.error is not None:
             m.last_error = outcome.error
         if outcome.refund_attempt:
-            m.attempts = max(m.attempts - 1, 0)
+            m.attempts = max(m.attempts - 1, m.expirations)
         if m.state is State.FAILED:
             m.order = None  # backoff of an hour or more: not ready
         return m
@@ -361,7 +369,7 @@ class StoreMachine(RuleBasedStateMachine):
     def settle(self, i: int, error: str) -> None:
         """Any ticket ever issued, live or stale, with any outcome."""
         ticket = self.tickets[i % len(self.tickets)]
-        outcome = decide(ERRORS[error](), ticket.attempt, OPTS)
+        outcome = decide(ERRORS[error](), self._charged(ticket), OPTS)
         expected = self.model.holds(ticket) is not None and outcome.kind is not SettleKind.ABANDON
         written = self.store.settle(ticket, outcome)
         assert written == expected, f"settle {outcome.label} with {ticket}: {written}"
@@ -401,18 +409,27 @@ class StoreMachine(RuleBasedStateMachine):
                                          created=now, order=now)
         assert not created - set(self.model.jobs), "chain created unexpected rows"
 
-    @rule(i=st.integers(0, 10**6), error=st.sampled_from(sorted(ERRORS)),
-          holder_topics=st.sampled_from((TOPICS, TOPICS[:1])))
+    @rule(holder=st.sampled_from(HOLDERS), limit=st.integers(1, 3),
+          topics=st.sampled_from((TOPICS, TOPICS[:1])))
+    def claim_many(self, holder: str, limit: int, topics: tuple[str, ...]) -> None:
+        """The producer's batch claim: the best ``limit`` ready jobs, in claim order."""
+        got = self.store.claim_many(holder, list(topics), LEASE, limit)
+        for claimed in got:
+            self._claimed(claimed, self.model.best(topics), holder)
+        if len(got) < limit:
+            assert self.model.best(topics) is None, "a batch claim left a ready job behind"
+
+    @rule(data=st.data(), error=st.sampled_from(sorted(ERRORS)))
     @precondition(lambda self: self.tickets)
-    def settle_and_claim(self, i: int, error: str, holder_topics: tuple[str, ...]) -> None:
-        ticket = self.tickets[i % len(self.tickets)]
-        outcome = decide(ERRORS[error](), ticket.attempt, OPTS)
-        expected = self.model.holds(ticket) is not None and outcome.kind is not SettleKind.ABANDON
-        written, got = self.store.settle_and_claim(ticket, outcome, list(holder_topics), LEASE)
-        assert written == expected
-        self._settled(ticket, outcome)
-        want = self.model.best(holder_topics)
-        self._claimed(got, want, ticket.holder)
+    def settle_many(self, data: st.DataObject, error: str) -> None:
+        """The completer's batch settle: live and stale tickets mixed, one statement."""
+        chosen = data.draw(st.lists(st.sampled_from(self.tickets), max_size=4, unique=True))
+        settles = [(t, decide(ERRORS[error](), self._charged(t), OPTS)) for t in chosen]
+        expected = {t.job_id for t, o in settles
+                    if self.model.holds(t) is not None and o.kind is not SettleKind.ABANDON}
+        assert self.store.settle_many(settles) == expected
+        for ticket, outcome in settles:
+            self._settled(ticket, outcome)
 
     @rule(data=st.data())
     @precondition(lambda self: self.tickets)
@@ -435,7 +452,7 @@ class StoreMachine(RuleBasedStateMachine):
         for job_id in released:
             m = self.model.jobs[job_id]
             m.state, m.holder, m.order = State.PENDING, None, now
-            m.attempts = max(m.attempts - 1, 0)
+            m.attempts = max(m.attempts - 1, m.expirations)
 
     @rule(i=st.integers(0, 10**6), reason=st.sampled_from((None, "stop", "")))
     @precondition(lambda self: self.model.jobs)
@@ -483,12 +500,22 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def reaper(self) -> None:
         now = self._now()
-        counts = Reaper(self.store, Every(timedelta(seconds=5))).run_once()
+        done = Reaper(self.store, Every(timedelta(seconds=5)), MAX_EXPIRATIONS).run_once()
         expired = [m for m in self.model.jobs.values()
                    if m.state is State.PROCESSING and m.expired]
-        assert dict(counts) == dict(Counter(m.topic for m in expired)), "reaper counts"
+        dead = [m for m in expired if m.expirations + 1 >= MAX_EXPIRATIONS]
+        assert dict(done.dead) == dict(Counter(m.topic for m in dead)), "reaper: dead counts"
+        assert dict(done.pending) == dict(Counter(m.topic for m in expired if m not in dead))
         for m in expired:  # invariant 7: lease expiry is no failure, attempts untouched
-            m.state, m.holder, m.expired, m.order = State.PENDING, None, False, now
+            m.expirations += 1
+            m.state, m.expired, m.order = State.PENDING, False, now
+            if m in dead:  # the job kills its holder every time: dead, with the reason
+                m.state, m.order = State.DEAD, None
+                m.last_error = (f"lease expired {m.expirations} times: its holder died every "
+                                f"time it ran (last holder {m.holder}); the job may be "
+                                "killing its host")
+            else:
+                m.holder = None
 
     @rule(i=st.integers(0, 10**6))
     @precondition(lambda self: any(m.state in TERMINAL and m.aged is None
@@ -529,6 +556,7 @@ class StoreMachine(RuleBasedStateMachine):
             where = f"job {job_id} ({row.state}, attempts {row.attempts})"
             assert row.state is m.state, f"{where}: model says {m.state}"
             assert row.attempts == m.attempts, f"{where}: model says {m.attempts} attempts"
+            assert row.expirations == m.expirations, f"{where}: {row.expirations} expirations"
             assert (row.topic, row.priority, row.idempotency_key) == (m.topic, m.priority, m.key)
             assert row.payload == m.payload, f"{where}: payload changed (invariant 5)"
             assert row.last_error == m.last_error, f"{where}: last_error {row.last_error!r}"

@@ -72,7 +72,7 @@ def test_status_text_shows_every_section(pg: psycopg.Connection[Any], dsn: str,
     assert email.split()[1:7] == ["1", "0", "1", "3", "0", "0"]
     assert email.split()[7].startswith("1m3")  # waited about 90 s
     report = next(line for line in lines if line.startswith("report.build "))
-    assert report.split()[1:8] == ["1", "0", "0", "0", "2", "0", "0s"]  # later: not ready
+    assert report.split()[1:8] == ["1", "0", "0", "0", "2", "0", "—"]  # later: not ready
     assert "running: 1" in out
     running = next(line for line in lines if ids["running"] in line)
     assert "host-a:4242" in running and "email.send" in running
@@ -91,7 +91,8 @@ def test_status_json_is_one_object_with_every_section(pg: psycopg.Connection[Any
     out = run_status(monkeypatch, capsys, tmp_path, dsn, "--json")
     assert len(out.strip().splitlines()) == 1
     data = json.loads(out)
-    assert set(data) == {"taken_at", "depth", "oldest_ready_s", "running", "dead_last_hour"}
+    assert set(data) == {"taken_at", "depth", "oldest_ready_s", "running", "dead_last_hour",
+                         "dead_last_hour_total"}
     depth = {(r["topic"], r["state"]): r["jobs"] for r in data["depth"]}
     assert depth == {("email.send", "pending"): 1, ("email.send", "processing"): 1,
                      ("email.send", "done"): 3, ("report.build", "pending"): 1,

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from brooq import cli
-from brooq.config import _CREDENTIAL_FILES
+from brooq.config import CREDENTIAL_FILES
 from brooq.vocabulary import parse_duration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,9 +127,9 @@ def test_the_command_lines_are_brooq_commands_that_parse() -> None:
     worker = shlex.split(one(SERVICE, "ExecStart"))
     migrate = shlex.split(one(MIGRATE, "ExecStart"))
     assert worker[0] == migrate[0] == PLACEHOLDER_BIN + "brooq"
-    args = cli._parser().parse_args(worker[1:])
+    args = cli.parser().parse_args(worker[1:])
     assert (args.command, args.app) == ("supervise", "myapp.jobs:queue")
-    assert cli._parser().parse_args(migrate[1:]).func is cli.cmd_migrate
+    assert cli.parser().parse_args(migrate[1:]).func is cli.migrate.cmd_migrate
     assert migrate[1:] == ["migrate", "up"]
     assert "migrate" not in worker, "the worker never migrates"
 
@@ -144,7 +144,7 @@ def test_the_migration_is_a_oneshot_deploy_step() -> None:
 @pytest.mark.parametrize("unit", [SERVICE, MIGRATE], ids=lambda p: p.name)
 def test_secrets_come_through_credentials_brooq_reads(unit: Path) -> None:
     credentials = dict(v.split(":", 1) for v in settings(unit)["LoadCredential"])
-    assert set(credentials) <= set(_CREDENTIAL_FILES)
+    assert set(credentials) <= set(CREDENTIAL_FILES)
     assert "database-url" in credentials
     assert all(path.startswith("/etc/brooq/credentials/") for path in credentials.values())
     assert not any(re.search(r"DATABASE_URL|BROOQ_TOKEN|password", v, re.IGNORECASE)
@@ -153,7 +153,7 @@ def test_secrets_come_through_credentials_brooq_reads(unit: Path) -> None:
 
 def test_the_worker_unit_loads_both_credentials() -> None:
     names = {v.split(":", 1)[0] for v in settings(SERVICE)["LoadCredential"]}
-    assert names == set(_CREDENTIAL_FILES)
+    assert names == set(CREDENTIAL_FILES)
 
 
 @pytest.mark.parametrize("unit", [SERVICE, MIGRATE], ids=lambda p: p.name)

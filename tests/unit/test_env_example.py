@@ -1,16 +1,16 @@
-""".env.example lists every setting of brooq/config.py, with its default and a comment, and reads
-back as exactly the defaults."""
+""".env.example is made from the settings table: every setting, its default and its help, read
+back as exactly the defaults; a test fails when the file and the table drift apart."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from brooq.config import _KEYS, load_settings
+from brooq.config import KEYS, env_example, load_settings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / ".env.example"
 ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=(.*)$")
-SECRETS = {key.env for key in _KEYS if key.secret}
+SECRETS = {key.env for key in KEYS if key.secret}
 
 
 def assignments() -> list[tuple[int, str, str]]:
@@ -20,12 +20,12 @@ def assignments() -> list[tuple[int, str, str]]:
 
 def test_every_key_once_and_no_other() -> None:
     names = [name for _, name, _ in assignments()]
-    assert sorted(names) == sorted(key.env for key in _KEYS)
+    assert sorted(names) == sorted(key.env for key in KEYS)
 
 
 def test_every_key_shows_its_default() -> None:
     values = {name: value for _, name, value in assignments()}
-    for key in _KEYS:
+    for key in KEYS:
         if key.env not in SECRETS:
             assert values[key.env] == (key.default or ""), key.env
 
@@ -50,3 +50,8 @@ def test_it_reads_back_as_the_defaults() -> None:
     defaults = load_settings(environ={"DATABASE_URL": dsn}, env_file=None)
     assert from_file.warnings == ()
     assert from_file == defaults
+
+
+def test_the_file_is_what_the_table_makes() -> None:
+    """Regenerate with `brooq config example > .env.example` after changing a setting."""
+    assert EXAMPLE.read_text() == env_example()

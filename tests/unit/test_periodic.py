@@ -19,6 +19,7 @@ from brooq.engine.periodic import (
     PeriodicScheduler,
     check_schedule,
     latest_run,
+    next_run,
     runs_between,
 )
 from brooq.queue import Queue
@@ -76,12 +77,11 @@ def test_runs_between_keeps_only_the_latest_hundred_and_stays_cheap() -> None:
     assert few == [until - timedelta(minutes=2), until - timedelta(minutes=1), until]
 
 
-def test_next_runs_lists_each_schedule_with_its_next_run() -> None:
+def test_next_run_of_each_schedule() -> None:
     a = every5(name="a")
     b = Schedule("0 9 * * *", topic="tick", name="b", tz="Europe/Berlin")
-    scheduler = PeriodicScheduler([a, b], lambda jobs: [], lambda s: None)
     now = utc(2026, 1, 1, 12, 5)
-    assert scheduler.next_runs(now) == [(a, utc(2026, 1, 1, 12, 10)), (b, utc(2026, 1, 2, 8))]
+    assert [next_run(s, now) for s in (a, b)] == [utc(2026, 1, 1, 12, 10), utc(2026, 1, 2, 8)]
 
 
 def test_time_zone_shifts_the_runs() -> None:
@@ -434,7 +434,7 @@ def test_retention_caveat_a_deleted_latest_run_is_enqueued_again_at_restart() ->
 
 
 def test_schedules_table_lists_each_schedule_with_its_next_run() -> None:
-    from brooq.schedules_view import render_schedules, schedules_table
+    from brooq.cli.status import render_schedules, schedules_table
 
     q = queue()
     assert schedules_table(q, utc(2026, 1, 1)) == []

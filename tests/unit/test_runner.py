@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import brooq
-from brooq.engine.fake import FakeTransaction, InMemoryStore
+from brooq.engine.fake import Executed, InMemoryStore, RecordingConnection
 from brooq.engine.kinds import Registry
 from brooq.engine.outcome import SettleKind
 from brooq.engine.runner import Attempted, SlotRunner
@@ -600,7 +600,8 @@ def test_runner_outside_the_main_thread_runs_without_interrupts(
 def test_chain_and_hooks_run_on_success(rig: Rig) -> None:
     def handler(claim: Claim) -> None:
         claim.chain(Job("next.step", {"from": claim.id}))
-        claim.on_succeeded(lambda tx: tx.record(("receipt", claim.id)))
+        claim.on_succeeded(lambda conn: conn.execute(
+            "INSERT INTO receipts (job_id) VALUES (%s)", (claim.id,)))
 
     rig.kind("a", handler)
     rig.kind("next.step", lambda claim: None)
@@ -610,7 +611,7 @@ def test_chain_and_hooks_run_on_success(rig: Rig) -> None:
     assert len(chained) == 1
     assert chained[0].payload == {"from": job_id}
     assert chained[0].state is State.PENDING
-    assert rig.store.effects == [("receipt", job_id)]
+    assert rig.store.executed == [Executed("INSERT INTO receipts (job_id) VALUES (%s)", (job_id,))]
 
 
 @pytest.mark.parametrize("is_async", [False, True])
@@ -634,15 +635,15 @@ def test_chain_and_hooks_skipped_on_failure(rig: Rig, is_async: bool) -> None:
     assert rig.row(job_id).state is State.FAILED
     assert [r.topic for r in rig.store.rows.values()] == ["a"]
     assert called == []
-    assert rig.store.effects == []
+    assert rig.store.executed == []
 
 
 @pytest.mark.parametrize(("max_attempts", "kind"), [(3, SettleKind.FAILED), (1, SettleKind.DEAD)])
 def test_raising_hook_turns_the_attempt_into_a_failure(
     rig: Rig, max_attempts: int, kind: SettleKind
 ) -> None:
-    def hook(tx: FakeTransaction) -> None:
-        tx.record("must not survive")
+    def hook(conn: RecordingConnection) -> None:
+        conn.execute("INSERT INTO must_not_survive DEFAULT VALUES")
         raise RuntimeError("ledger write failed")
 
     def handler(claim: Claim) -> None:
@@ -660,11 +661,11 @@ def test_raising_hook_turns_the_attempt_into_a_failure(
     assert row.state is State(kind.value)
     assert row.last_error is not None and "ledger write failed" in row.last_error
     assert [r.topic for r in rig.store.rows.values()] == ["a"]  # the chained job rolled back
-    assert rig.store.effects == []
+    assert rig.store.executed == []
 
 
 def test_hook_raising_base_exception_rolls_back_the_chain(rig: Rig) -> None:
-    def hook(tx: FakeTransaction) -> None:
+    def hook(conn: RecordingConnection) -> None:
         raise KeyboardInterrupt
 
     def handler(claim: Claim) -> None:

@@ -1,0 +1,81 @@
+"""The ``brooq`` command: migrate, enqueue, inspect, cancel, configure, work, supervise.
+
+One module per command group; the flags of settings come from the settings
+table. Exit codes are in :class:`brooq.cli.errors.Exit`: 0 success, 1 an
+operation failed, 2 bad input or configuration, 70 a bug in brooq.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+
+from brooq import __version__
+from brooq.cli import configure, jobs, migrate, run, status
+from brooq.cli.common import add_global_flags, settings_from
+from brooq.cli.errors import Exit, UsageError
+from brooq.config import ConfigError
+from brooq.logs import setup_logging
+from brooq.vocabulary import BrooqError, InvalidInput
+
+__all__ = ["Exit", "UsageError", "main", "parser"]
+
+COMMAND_GROUPS = (migrate, jobs, status, configure, run)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    top = argparse.ArgumentParser(
+        prog="brooq", description="brooq: a PostgreSQL-backed job queue.",
+        epilog="Configuration: environment, .env, --config TOML, flags. See `brooq config show`.",
+    )
+    top.add_argument("--version", action="version", version=f"brooq {__version__}")
+    add_global_flags(top)
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``brooq`` command; returns the exit code."""
+    top = parser()
+    args = top.parse_args(argv)
+    if not getattr(args, "func", None):
+        top.print_help()
+        return Exit.USAGE
+    try:
+        settings = settings_from(args)
+        setup_logging(settings.log_format, settings.log_level)
+        code: int = args.func(args, settings)
+        return code
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"brooq: config: {problem}", file=sys.stderr)
+        return Exit.USAGE
+    except InvalidInput as exc:
+        print(f"brooq: error: {exc}", file=sys.stderr)
+        return Exit.USAGE
+    except BrooqError as exc:
+        print(f"brooq: error: {exc}", file=sys.stderr)
+        return Exit.FAILED
+    except KeyboardInterrupt:
+        return Exit.INTERRUPTED
+    except BrokenPipeError:
+        return _closed_stdout()
+    except Exception:
+        traceback.print_exc()
+        print("brooq: internal error (a bug in brooq; please report it with the traceback "
+              "above)", file=sys.stderr)
+        return Exit.BUG
+
+
+def _closed_stdout() -> int:
+    """``brooq status | head``: the reader left; exit quietly, as Unix tools do."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return Exit.OK

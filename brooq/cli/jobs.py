@@ -1,0 +1,155 @@
+"""``brooq enqueue``, ``brooq job`` and ``brooq cancel``: one job at a time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from brooq.cli.common import print_json, require_dsn
+from brooq.cli.errors import UsageError
+from brooq.cli.text import safe
+from brooq.config import Settings
+from brooq.postgres.store import PostgresStore
+from brooq.vocabulary import Job, JobRecord, parse_duration
+
+
+def register(sub: Any) -> None:
+    """Add the enqueue, job and cancel commands."""
+    p = sub.add_parser("enqueue", help="enqueue one job and print its id")
+    p.add_argument("--topic", required=True, help="the job's topic, e.g. email.send")
+    p.add_argument("--payload", required=True, metavar="JSON|@FILE|-",
+                   help="the payload: JSON text, @path to read it from a file, - for stdin")
+    p.add_argument("--key", help="idempotency key (per topic)")
+    p.add_argument("--at", help="ISO 8601 time with zone, or a delay like 30s")
+    p.add_argument("--priority", type=int, default=0,
+                   help="higher runs first among ready jobs of a topic (-32768..32767)")
+    p.set_defaults(func=cmd_enqueue)
+    p = sub.add_parser("job", help="show a job's row: its whole fate")
+    p.add_argument("id")
+    p.add_argument("--json", action="store_true", help="the row as one JSON object")
+    p.set_defaults(func=cmd_job)
+    p = sub.add_parser("cancel", help="cancel a pending, failed or running job")
+    p.add_argument("id")
+    p.add_argument("--reason", help="kept in last_error as 'canceled: REASON'")
+    p.set_defaults(func=cmd_cancel)
+
+
+def store_for(settings: Settings) -> PostgresStore:
+    """A store on DATABASE_URL for one command."""
+    return PostgresStore(require_dsn(settings), notify=settings.notify,
+                         max_payload_bytes=settings.max_payload_bytes)
+
+
+def parse_at(text: str, now: datetime | None = None) -> datetime:
+    """``--at``: an ISO 8601 time with a zone, or a duration with units meaning "from now"."""
+    now = now or datetime.now(UTC)
+    try:
+        return now + parse_duration(text)
+    except (ValueError, OverflowError):
+        pass
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--at {text!r} is neither an ISO 8601 time (2026-12-24T18:00:00+00:00) "
+            "nor a delay with units (30s, 5m, 2h)"
+        ) from None
+    if at.tzinfo is None:
+        raise UsageError(f"--at {text!r} has no time zone; add one, e.g. {text}+00:00 or {text}Z")
+    return at
+
+
+def read_payload(given: str) -> Any:
+    """The payload of ``--payload``: JSON text, ``@file`` or ``-`` (standard input)."""
+    where = "--payload"
+    if given == "-":
+        text, where = sys.stdin.read(), "the payload on standard input"
+    elif given.startswith("@"):
+        path = Path(given[1:])
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"--payload {given}: cannot read {path} ({type(exc).__name__})") \
+                from None
+        where = f"the payload in {path}"
+    else:
+        text = given
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{where} is nested too deeply; flatten it") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise UsageError(f"{where} cannot be read: {exc}") from None
+
+
+def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    """Enqueue one job; print ``{"id": …, "created": …, "state": …}``."""
+    payload = read_payload(args.payload)
+    at = parse_at(args.at) if args.at else None
+    job = Job(topic=args.topic, payload=payload, idempotency_key=args.key, available_at=at,
+              priority=args.priority)
+    store = store_for(settings)
+    try:
+        (result,) = store.enqueue_many([job])
+    finally:
+        store.close()
+    print_json({"id": result.id, "created": result.created, "state": str(result.state)})
+    if not result.created:
+        print(f"brooq: a job with this key already exists ({result.state}); nothing enqueued"
+              + ("; re-run it with `brooq jobs retry " + result.id + "`"
+                 if str(result.state) in ("dead", "canceled") else ""), file=sys.stderr)
+    return 0
+
+
+def job_lines(record: JobRecord) -> list[str]:
+    """The text form of a row: one ``key  value`` line each, data escaped."""
+    row = record.as_dict()
+    if row["state"] != "processing":
+        # Only a processing row is locked; elsewhere these name the last holder.
+        row["locked_until"] = None
+        row["last_holder"] = row.pop("locked_by")
+    trace = row.pop("last_traceback", None)
+    width = max(len(k) for k in row)
+    lines = []
+    for key, value in row.items():
+        shown = json.dumps(value, ensure_ascii=False) if key == "payload" else value
+        lines.append(f"{key:<{width}}  {'' if shown is None else safe(shown)}")
+    if trace:
+        lines.append("last_traceback:")
+        lines += ["  " + safe(line) for line in str(trace).splitlines()]
+    return lines
+
+
+def cmd_job(args: argparse.Namespace, settings: Settings) -> int:
+    """Show the whole fate of one job."""
+    store = store_for(settings)
+    try:
+        record = store.get(args.id)
+    finally:
+        store.close()
+    if args.json:
+        print_json(record.as_dict())
+    else:
+        print("\n".join(job_lines(record)))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel a job that is not terminal yet."""
+    store = store_for(settings)
+    try:
+        canceled = store.cancel(args.id, args.reason)
+        state = store.get(args.id).state
+    finally:
+        store.close()
+    if canceled:
+        print(f"canceled {safe(args.id)}")
+        return 0
+    print(f"job {safe(args.id)} is already {state}; nothing changed", file=sys.stderr)
+    return 1

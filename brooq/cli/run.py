@@ -1,0 +1,89 @@
+"""``brooq work`` and ``brooq supervise``: run the app's handlers."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from typing import Any
+
+from brooq.cli.common import add_setting_flags
+from brooq.cli.errors import UsageError
+from brooq.config import Settings
+from brooq.config.settings import SUPERVISE, WORK
+
+
+def register(sub: Any) -> None:
+    """Add the work and supervise commands."""
+    p = sub.add_parser("work", help="run one job slot in this process until SIGTERM/SIGINT")
+    p.add_argument("--app", required=True, metavar="MODULE:QUEUE",
+                   help="the brooq.Queue of your app, e.g. myapp.jobs:queue")
+    p.add_argument("--max-jobs", type=int, default=0, help="exit after this many attempts")
+    p.add_argument("--exit-when-idle", action="store_true",
+                   help="exit when no job is ready (scripts, tests)")
+    add_setting_flags(p, WORK)
+    p.set_defaults(func=cmd_work)
+    p = sub.add_parser("supervise", help="fork N worker processes and supervise them")
+    p.add_argument("--app", required=True, metavar="MODULE:QUEUE",
+                   help="the brooq.Queue of your app, e.g. myapp.jobs:queue")
+    add_setting_flags(p, SUPERVISE)
+    p.set_defaults(func=cmd_supervise)
+
+
+def app_dsn(settings: Settings, queue: Any) -> str:
+    """DATABASE_URL, else the DSN the app's Queue was built with."""
+    if settings.database_url:
+        return settings.database_url
+    dsn = queue.dsn()
+    if not dsn:
+        raise UsageError("DATABASE_URL is not set and the app's Queue was not built from a DSN")
+    return str(dsn)
+
+
+def served(settings: Settings, registered: Sequence[str]) -> list[str]:
+    """The topics to serve: QUEUE_TOPICS / --topics, checked against the app's."""
+    if not settings.topics:
+        return list(registered)
+    unknown = [t for t in settings.topics if t not in registered]
+    if unknown:
+        raise UsageError(
+            f"--topics names topics the app does not handle: {', '.join(unknown)}; "
+            f"it handles: {', '.join(registered)}"
+        )
+    return list(settings.topics)
+
+
+def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one slot in the foreground until SIGTERM/SIGINT."""
+    from brooq.app import load_app
+    from brooq.inprocess import InProcessSlot, RunOptions
+
+    queue = load_app(args.app)
+    queue.configure(settings.kind_options())
+    options = RunOptions(topics=served(settings, queue.registry.topics()),
+                         max_jobs=args.max_jobs, exit_when_idle=args.exit_when_idle)
+    return InProcessSlot(queue, settings, app_dsn(settings, queue), options).run()
+
+
+def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
+    """Fork the worker processes and supervise them until SIGTERM/SIGINT/SIGQUIT."""
+    from brooq import metrics
+    from brooq.app import load_app
+
+    directory = metrics.create_directory()  # before the app can create any metric
+    try:
+        return supervise(args, settings, load_app(args.app))
+    finally:
+        metrics.remove_directory(directory)
+
+
+def supervise(args: argparse.Namespace, settings: Settings, queue: Any) -> int:
+    """Assemble the supervisor of ``queue`` and run it."""
+    from brooq.metrics import Metrics
+    from brooq.supervisor.arbiter import Supervisor
+    from brooq.supervisor.slots import parse_slots
+
+    queue.configure(settings.kind_options())
+    topics = served(settings, queue.registry.topics())
+    slots = parse_slots(settings.workers, topics, queue.registry.topics())
+    return Supervisor(queue, settings, slots, app_dsn(settings, queue), name=args.app,
+                      metrics=Metrics()).run()

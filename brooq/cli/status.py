@@ -1,0 +1,220 @@
+"""``brooq status``: depth and lag per topic, running jobs, recent deaths, schedules.
+
+Once, or redrawn every ``--watch`` seconds; as text or as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+from zoneinfo import ZoneInfo
+
+from brooq.cli.common import print_json, require_dsn
+from brooq.cli.text import cut, safe
+from brooq.config import Settings
+from brooq.engine.inspection import Inspection
+from brooq.engine.periodic import next_run
+from brooq.vocabulary import BrooqError, Schedule, format_duration
+
+STATES = ("pending", "failed", "processing", "done", "dead", "canceled")
+CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
+DEAD_LISTED = 20
+
+
+def register(sub: Any) -> None:
+    """Add the status command."""
+    p = sub.add_parser("status", help="depth, oldest ready age, running and dead jobs")
+    p.add_argument("--json", action="store_true", help="one JSON object (a line per refresh)")
+    p.add_argument("--watch", nargs="?", const=2.0, type=watch_seconds, metavar="SECONDS",
+                   help="redraw every SECONDS (default 2) until Ctrl-C")
+    p.add_argument("--app", metavar="MODULE:QUEUE",
+                   help="also list the app's periodic schedules and their next run")
+    p.set_defaults(func=cmd_status)
+
+
+def watch_seconds(text: str) -> float:
+    """``--watch SECONDS``: a positive number of seconds (a bare number here, like watch(1))."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0.1 <= seconds <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in [0.1, 86400]")
+    return seconds
+
+
+class HasSchedules(Protocol):
+    """Anything with ``schedules`` (a brooq.Queue)."""
+
+    schedules: list[Schedule]
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    """Depth, lag, running jobs and recent deaths; once, or redrawn every ``--watch`` s."""
+    from brooq.postgres.inspection import PostgresInspection
+
+    queue = None
+    if args.app:
+        from brooq.app import load_app
+
+        queue = load_app(args.app)
+    inspection = PostgresInspection(require_dsn(settings))
+    try:
+        if args.watch is None:
+            show(snapshot(inspection, queue), args.json)
+            return 0
+        return watch(inspection, args.watch, args.json, queue)
+    finally:
+        inspection.close()
+
+
+def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[str, Any]:
+    """Every section of ``brooq status`` as JSON-friendly values."""
+    dead = inspection.recent_dead(timedelta(hours=1), DEAD_LISTED)
+    snap: dict[str, Any] = {
+        "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "depth": [asdict(row) for row in inspection.depth()],
+        "oldest_ready_s": inspection.oldest_ready(),
+        "running": [asdict(row) for row in inspection.running()],
+        "dead_last_hour": [{**asdict(row), "updated_at": row.updated_at.isoformat()}
+                           for row in dead],
+        "dead_last_hour_total": inspection.count_dead(timedelta(hours=1)),
+    }
+    if queue is not None:
+        snap["schedules"] = schedules_table(queue)
+    return snap
+
+
+def show(snap: dict[str, Any], as_json: bool) -> None:
+    """Print one snapshot."""
+    if as_json:
+        print_json(snap)
+    else:
+        print(render(snap))
+
+
+def watch(inspection: Inspection, interval: float, as_json: bool,
+          queue: HasSchedules | None = None) -> int:
+    """Redraw until SIGINT (exit 0); a database outage is shown, not fatal."""
+    import sys
+
+    try:
+        while True:
+            try:
+                snap: dict[str, Any] | None = snapshot(inspection, queue)
+                error = None
+            except BrooqError as exc:
+                snap, error = None, str(exc)
+            if as_json:
+                print_json(snap if snap is not None else {"error": error})
+            else:
+                body = render(snap) if snap is not None else f"brooq: error: {error}"
+                sys.stdout.write(f"{CLEAR}{body}\n\n(every {interval:g}s; Ctrl-C to quit)\n")
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        if not as_json:
+            print()
+        return 0
+
+
+def render(snap: dict[str, Any]) -> str:
+    """The text form: one block per section."""
+    blocks = [f"brooq status at {snap['taken_at']}",
+              render_depth(snap["depth"], snap["oldest_ready_s"]),
+              render_running(snap["running"]),
+              render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"])]
+    if "schedules" in snap:
+        blocks.append(render_schedules(snap["schedules"]))
+    return "\n\n".join(blocks)
+
+
+def age(seconds: float | None) -> str:
+    """A short duration: ``1m30s``, ``250ms``."""
+    if not seconds:
+        return "0s"
+    return format_duration(timedelta(seconds=round(seconds)) if seconds >= 1
+                           else timedelta(milliseconds=round(seconds * 1000)))
+
+
+def render_depth(rows: list[dict[str, Any]], oldest: dict[str, float]) -> str:
+    """Rows per topic and state, with the age of the oldest ready job ("—": none ready)."""
+    if not rows:
+        return "no jobs"
+    by_topic: dict[str, dict[str, int]] = {}
+    for row in rows:
+        by_topic.setdefault(row["topic"], {})[row["state"]] = row["jobs"]
+    width = max(len("topic"), *(len(t) for t in by_topic))
+    head = f"{'topic':<{width}} " + " ".join(f"{s:>10}" for s in STATES) + "  oldest ready"
+    lines = [head]
+    for topic, counts in sorted(by_topic.items()):
+        cells = " ".join(f"{counts.get(s, 0):>10}" for s in STATES)
+        ready = age(oldest[topic]) if topic in oldest else "—"
+        lines.append(f"{topic:<{width}} {cells}  {ready:>12}")
+    return "\n".join(lines)
+
+
+def render_running(rows: list[dict[str, Any]]) -> str:
+    """Jobs in flight: id, topic, attempt, lease left, holder."""
+    if not rows:
+        return "running: none"
+    lines = [f"running: {len(rows)}",
+             f"  {'job':<36}  {'topic':<20} {'attempt':>7}  {'lease left':>10}  holder"]
+    for row in rows:
+        left = row["lease_left_s"]
+        shown = "expired" if left is not None and left < 0 else age(left)
+        lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>7}  "
+                     f"{shown:>10}  {safe(row['locked_by'] or '-')}")
+    return "\n".join(lines)
+
+
+def render_dead(rows: list[dict[str, Any]], total: int) -> str:
+    """Jobs that went dead in the last hour: the total, and the newest (capped) with errors."""
+    if not total:
+        return "dead in the last hour: none"
+    more = f" (newest {len(rows)} shown)" if total > len(rows) else ""
+    lines = [f"dead in the last hour: {total}{more}",
+             f"  {'job':<36}  {'topic':<20} {'attempts':>8}  {'at (UTC)':<19}  last error"]
+    for row in rows:
+        at = datetime.fromisoformat(row["updated_at"]).astimezone(UTC)
+        error = cut(safe(row["last_error"] or ""), 60)
+        lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>8}  "
+                     f"{at:%Y-%m-%d %H:%M:%S}  {error}")
+    return "\n".join(lines)
+
+
+def schedules_table(queue: HasSchedules, now: datetime | None = None) -> list[dict[str, Any]]:
+    """One JSON-friendly row per schedule, in registration order.
+
+    Keys: name, cron, tz, topic, missed, priority, next_run (ISO 8601, UTC)
+    and next_run_local (ISO 8601 in the schedule's time zone). Schedules live
+    in code, not in the database: listing them needs the app.
+    """
+    now = now or datetime.now(UTC)
+    rows = []
+    for schedule in queue.schedules:
+        upcoming = next_run(schedule, now)
+        rows.append({
+            "name": schedule.name, "cron": schedule.cron, "tz": schedule.tz,
+            "topic": schedule.topic, "missed": schedule.missed, "priority": schedule.priority,
+            "next_run": upcoming.isoformat(),
+            "next_run_local": upcoming.astimezone(ZoneInfo(schedule.tz)).isoformat(),
+        })
+    return rows
+
+
+def render_schedules(rows: list[dict[str, Any]]) -> str:
+    """A plain-text table of :func:`schedules_table` rows ("schedules: none" when empty)."""
+    if not rows:
+        return "schedules: none"
+    columns = ["name", "cron", "tz", "topic", "missed", "next_run"]
+    cells = [[safe(row[c]) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
+    lines = ["schedules:"]
+    for values in [columns, *cells]:
+        lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)
+                                      ).rstrip())
+    return "\n".join(lines)

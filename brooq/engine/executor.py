@@ -1,0 +1,129 @@
+"""The executor: run the handler of a claimed job and decide its outcome. No store, no I/O.
+
+Used where a job runs: the supervisor's worker processes and the in-process
+slot runner (``brooq work``, ``queue.drain()``). What a handler raises, or a
+payload Python cannot decode, becomes an Outcome through one decision
+(:func:`brooq.engine.outcome.decide`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from brooq.engine.interrupts import InterruptScope
+from brooq.engine.kinds import Kind, Registry
+from brooq.engine.outcome import Outcome, SettleKind, decide, describe_error
+from brooq.engine.store import Claimed, PayloadUndecodable
+from brooq.vocabulary import Claim, KindNotRegistered, KindOptions, Lease
+
+log = logging.getLogger("brooq.runner")
+
+
+@dataclass(frozen=True, slots=True)
+class Executed:
+    """A handler's run: the decided outcome, and the Claim holding its chain and hooks."""
+
+    claimed: Claimed
+    outcome: Outcome
+    options: KindOptions
+    claim: Claim | None
+    started: float
+    """``time.monotonic()`` when the run began."""
+
+    @property
+    def has_effects(self) -> bool:
+        """True when a DONE must be written with chained jobs or hooks, in one transaction."""
+        return (self.outcome.kind is SettleKind.DONE and self.claim is not None
+                and bool(self.claim.chained or self.claim.hooks))
+
+
+class Executor:
+    """Runs handlers in the calling thread (the main thread gets soft interrupts)."""
+
+    def __init__(self, kinds: Registry) -> None:
+        self.kinds = kinds
+        self.interrupts = InterruptScope()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def options(self, topic: str) -> KindOptions:
+        """The complete options of ``topic``, or the defaults for a topic with no handler."""
+        return self.kinds.options(topic) if topic in self.kinds else self.kinds.defaults
+
+    def run(self, claimed: Claimed) -> Executed:
+        """Decode the payload, call the handler, decide; never raises for the job's faults."""
+        started = time.monotonic()
+        options = self.options(claimed.topic)
+        try:
+            kind = self.kinds.get(claimed.topic)
+            payload = claimed.payload
+        except KindNotRegistered as exc:
+            return Executed(claimed, decide(exc, claimed.attempt, options), options, None, started)
+        except PayloadUndecodable as exc:
+            # Running it again cannot help: the same bytes fail the same way.
+            dead = Outcome(SettleKind.DEAD, "dead", error=describe_error(exc))
+            return Executed(claimed, dead, options, None, started)
+        claim = self._claim(claimed, payload, options)
+        error = self._call(kind, claim, options.attempt_timeout)
+        outcome = decide(error, claimed.attempt, options)
+        if error is not None and outcome.kind is not SettleKind.ABANDON:
+            log.warning(
+                "handler failed", exc_info=error,
+                extra={"job_id": claimed.id, "topic": claimed.topic, "attempt": claimed.attempt},
+            )
+        return Executed(claimed, outcome, options, claim, started)
+
+    def _claim(self, claimed: Claimed, payload: Any, options: KindOptions) -> Claim:
+        timeout = options.attempt_timeout
+        return Claim(
+            id=claimed.id, topic=claimed.topic, payload=payload, attempt=claimed.attempt,
+            lease=Lease(claimed.ticket.holder, claimed.locked_until),
+            deadline=datetime.now(UTC) + timeout if timeout else None,
+            max_attempts=options.max_attempts, expirations=claimed.expirations,
+        )
+
+    def _call(self, kind: Kind, claim: Claim, timeout: timedelta | None) -> BaseException | None:
+        # Everything a handler raises is its outcome, BaseException included
+        # (SystemExit, KeyboardInterrupt): a handler cannot stop the worker.
+        try:
+            with self.interrupts.attempt(timeout):
+                result = kind.handler(claim)
+                if isinstance(result, Awaitable):
+                    self._await(result)
+        except BaseException as exc:
+            return exc
+        fired = self.interrupts.fired
+        if fired is not None:
+            # The handler swallowed the interrupt and returned: its attempt still
+            # timed out, or its result still cannot be written.
+            return fired(f"{fired.reason} (the handler caught the interrupt and returned)")
+        return None
+
+    def _await(self, awaitable: Awaitable[Any]) -> None:
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        loop = self._loop
+
+        async def wrapped() -> Any:
+            return await awaitable
+
+        task = loop.create_task(wrapped())
+        self.interrupts.watch_task(task)
+        try:
+            loop.run_until_complete(task)
+        except asyncio.CancelledError:
+            reason = self.interrupts.fired
+            if reason is not None:
+                raise reason() from None
+            raise
+
+    def close(self) -> None:
+        """Release the event loop and the signal handlers."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()
+        self.interrupts.uninstall()

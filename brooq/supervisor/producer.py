@@ -1,0 +1,173 @@
+"""The producer: claims jobs for the workers in batches and keeps them in a small buffer.
+
+Workers that serve the same topics form a group; each group has a buffer,
+refilled with one claim statement (``LIMIT n … SKIP LOCKED``) sized to the
+group's idle workers plus a prefetch depth. A worker that finishes gets its
+next job from the buffer at once, without waiting for the database. Jobs
+wait in a buffer only briefly: past ``max_wait`` they are released,
+uncharged, for another supervisor to take.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from brooq.engine.store import Claimed, Store
+from brooq.supervisor.database import Database
+
+log = logging.getLogger("brooq.supervisor")
+
+Group = tuple[str, ...]
+"""The topics a set of workers serves (sorted)."""
+
+
+@dataclass
+class Buffered:
+    """A claimed job waiting for a worker."""
+
+    claimed: Claimed
+    since: float
+
+
+@dataclass
+class GroupState:
+    """One group's buffer and what the producer knows of its topics."""
+
+    topics: Group
+    buffer: deque[Buffered] = field(default_factory=deque)
+    asked: int = 0
+    """Jobs asked for by the claim under way (0: none under way)."""
+    more_ready: bool = True
+    """False after a claim came back short: wait for a NOTIFY or the poll interval."""
+    next_poll: float = 0.0
+    last_finish: float = -1e9
+    """When a worker of the group last finished a job (prefetch pays off only then)."""
+
+
+class Producer:
+    """Keeps each group's buffer filled; one claim statement per refill."""
+
+    def __init__(
+        self, store: Store, db: Database, holder: str, lease: timedelta,
+        groups: Sequence[Group], limits: Mapping[str, int], prefetch: int,
+        poll_interval: timedelta, max_wait: float,
+        on_claimed: Callable[[list[Claimed], float], None],
+    ) -> None:
+        self.store, self.db, self.holder, self.lease = store, db, holder, lease
+        self.groups = {g: GroupState(g) for g in groups}
+        self.limits = dict(limits)
+        self.prefetch = prefetch
+        self.poll_s = poll_interval.total_seconds()
+        self.max_wait = max_wait
+        self.on_claimed = on_claimed
+        self.paused = False
+
+    def add_group(self, group: Group) -> None:
+        """Serve a group of topics (a worker slot added by TTIN)."""
+        self.groups.setdefault(group, GroupState(group))
+
+    def wanted(self, state: GroupState, idle: int, workers: int, now: float) -> int:
+        """How many jobs to claim for a group with ``idle`` of ``workers`` idle now."""
+        # Prefetch only while the group's workers turn jobs over: a buffer of
+        # jobs waiting behind long-running handlers would only be released again.
+        turning = now - state.last_finish <= self.max_wait
+        depth = min(self.prefetch, workers) if turning else 0
+        return max(0, idle + depth - len(state.buffer))
+
+    def run_once(self, now: float, idle: Mapping[Group, int],
+                 workers: Mapping[Group, int]) -> int:
+        """Send a claim for every group short of jobs; how many claims were sent."""
+        if self.paused:
+            return 0
+        sent = 0
+        for group, state in self.groups.items():
+            if state.asked:
+                continue
+            want = self.wanted(state, idle.get(group, 0), workers.get(group, 0), now)
+            if want <= 0 or not (state.more_ready or now >= state.next_poll):
+                continue
+            self._claim(state, want, now)
+            sent += 1
+        return sent
+
+    def _claim(self, state: GroupState, want: int, now: float) -> None:
+        state.asked = want
+        topics, limits = list(state.topics), {t: self.limits[t] for t in state.topics
+                                              if t in self.limits}
+        lease_end = now + self.lease.total_seconds()
+
+        def done(claimed: list[Claimed] | None, error: BaseException | None) -> None:
+            state.asked = 0
+            if error is not None or claimed is None:
+                state.more_ready, state.next_poll = False, now + self.poll_s
+                return
+            state.more_ready = len(claimed) >= want
+            if not state.more_ready:
+                state.next_poll = now + self.poll_s
+            self.on_claimed(claimed, lease_end)
+            state.buffer.extend(Buffered(c, now) for c in claimed)
+
+        self.db.submit(f"claim:{','.join(topics)}",
+                       lambda: self.store.claim_many(self.holder, topics, self.lease, want,
+                                                     limits), done)
+
+    def heard(self, topics: set[str]) -> None:
+        """New jobs were enqueued (NOTIFY): groups serving these topics (``*``: all) claim again."""
+        for state in self.groups.values():
+            if "*" in topics or topics & set(state.topics):
+                state.more_ready = True
+
+    def take(self, group: Group) -> Claimed | None:
+        """The next buffered job of ``group`` (best first), or None."""
+        state = self.groups.get(group)
+        if state is None or not state.buffer:
+            return None
+        return state.buffer.popleft().claimed
+
+    def finished(self, group: Group, now: float) -> None:
+        """A worker of ``group`` finished a job (the buffer may prefetch again)."""
+        if group in self.groups:
+            self.groups[group].last_finish = now
+
+    def put_back(self, group: Group, claimed: Claimed, now: float) -> None:
+        """A job given back unrun by a leaving worker goes first in line again."""
+        self.groups.setdefault(group, GroupState(group)).buffer.appendleft(Buffered(claimed, now))
+
+    def drop(self, job_id: str) -> Claimed | None:
+        """Remove a buffered job (canceled, or its lease lost); what was removed."""
+        for state in self.groups.values():
+            for item in state.buffer:
+                if item.claimed.id == job_id:
+                    state.buffer.remove(item)
+                    return item.claimed
+        return None
+
+    def stale(self, now: float) -> list[Claimed]:
+        """Remove and return the jobs that waited in a buffer longer than ``max_wait``."""
+        out: list[Claimed] = []
+        for state in self.groups.values():
+            if state.buffer and now - min(b.since for b in state.buffer) > self.max_wait:
+                out += [b.claimed for b in state.buffer if now - b.since > self.max_wait]
+                state.buffer = deque(b for b in state.buffer if now - b.since <= self.max_wait)
+        return out
+
+    def drain(self) -> list[Claimed]:
+        """Empty every buffer (stopping); the jobs removed."""
+        out = [b.claimed for state in self.groups.values() for b in state.buffer]
+        for state in self.groups.values():
+            state.buffer.clear()
+        return out
+
+    def buffered(self) -> Iterator[Claimed]:
+        """Every buffered job."""
+        for state in self.groups.values():
+            for item in state.buffer:
+                yield item.claimed
+
+    def claiming(self) -> bool:
+        """True while a claim is under way."""
+        return any(state.asked for state in self.groups.values())
