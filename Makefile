@@ -5,7 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 BROOQ := $(VENV)/bin/brooq
-LOCAL_DATABASE_URL := postgresql://brooq:brooq@127.0.0.1:55433/brooq
+# The unprivileged brooq role of scripts/pg.sh's cluster; follows BROOQ_PGPORT (default 55433).
+LOCAL_DATABASE_URL = $(shell scripts/pg.sh url)
 PYTEST_ARGS ?=
 
 .PHONY: dev db-up db-down migrate-up migrate-down migrate-status test lint demo bench chaos clean
@@ -19,7 +20,9 @@ $(VENV)/.installed: pyproject.toml
 ## dev: create the venv and install brooq (editable) with the dev tools
 dev: $(VENV)/.installed
 
-## db-up / db-down: start / stop and delete the local PostgreSQL on 127.0.0.1:55433
+## db-up / db-down: start / stop and delete the local PostgreSQL on 127.0.0.1:$BROOQ_PGPORT (55433).
+##   `scripts/pg.sh url`: the app role brooq (CREATEDB, not a superuser);
+##   `scripts/pg.sh admin-url`: the superuser brooq_admin (random password), for tests that need one
 db-up:
 	@scripts/pg.sh up
 db-down:
@@ -49,8 +52,8 @@ lint: dev
 ## demo: local database, migrations, a few hundred demo jobs through real workers, a table of outcomes
 demo: dev
 	@scripts/pg.sh up
-	@DATABASE_URL=$(LOCAL_DATABASE_URL) $(BROOQ) migrate up >/dev/null
-	DATABASE_URL=$(LOCAL_DATABASE_URL) $(PY) -m brooq.demo
+	@DATABASE_URL='$(LOCAL_DATABASE_URL)' $(BROOQ) migrate up >/dev/null
+	DATABASE_URL='$(LOCAL_DATABASE_URL)' $(PY) -m brooq.demo
 
 ## bench: the benchmark suite, 3 interleaved rounds, ~20 min (benchmarks/README.md).
 ##   QUICK=1: tiny sizes, 1 round, proves it runs; PEERS=pgqueuer: peer queues too

@@ -1,9 +1,12 @@
 """The test rig: a real PostgreSQL for every database test, never a skip.
 
 With TEST_DATABASE_URL unset, the session starts the project's throwaway
-cluster (scripts/pg.sh up). Each test that asks for ``dsn`` gets a fresh
-database cloned from a migrated template, so tests are isolated and can run
-in any order. Under CI=true any skipped test fails the run.
+cluster (scripts/pg.sh up) and connects as its role ``brooq``: not a
+superuser, but CREATEDB, and the owner of every database it creates. Each
+test that asks for ``dsn`` gets a fresh database cloned from a migrated
+template, so tests are isolated and can run in any order. The few tests that
+need a superuser ask for ``admin_url``. Under CI=true any skipped test fails
+the run.
 """
 
 from __future__ import annotations
@@ -29,16 +32,18 @@ ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
 
 
+PG_SH = str(ROOT / "scripts" / "pg.sh")
+
+
 def _server_url() -> str:
     url = os.environ.get("TEST_DATABASE_URL")
     if url:
         return url
-    done = subprocess.run([str(ROOT / "scripts" / "pg.sh"), "up"], capture_output=True, text=True,
-                          timeout=180)
+    done = subprocess.run([PG_SH, "up"], capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"could not start the test PostgreSQL:\n{done.stderr}")
-    return subprocess.run([str(ROOT / "scripts" / "pg.sh"), "url"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run([PG_SH, "url"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def _with_db(url: str, dbname: str) -> str:
@@ -50,8 +55,10 @@ def _with_db(url: str, dbname: str) -> str:
 
 
 def _drop_stale(admin: psycopg.Connection) -> None:
+    # Only databases this role may drop (it owns them), so a stray one never breaks the session.
     names = [r[0] for r in admin.execute(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'brooq\\_t%'")]
+        "SELECT datname FROM pg_database WHERE datname LIKE 'brooq\\_t%' "
+        "AND pg_has_role(current_user, datdba, 'MEMBER')")]
     for name in names:
         try:
             pid = int(name.split("_")[1].lstrip("tpl").lstrip("t") or 0)
@@ -69,8 +76,28 @@ def server_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def admin_url(server_url: str) -> str:
+    """URL of a superuser on the test server, for the few tests that need one.
+
+    TEST_ADMIN_DATABASE_URL, or scripts/pg.sh's ``brooq_admin`` (a random
+    password) when the server is the one pg.sh started.
+    """
+    url = os.environ.get("TEST_ADMIN_DATABASE_URL")
+    if url:
+        return url
+    if os.environ.get("TEST_DATABASE_URL"):
+        pytest.fail("TEST_DATABASE_URL names another server: set TEST_ADMIN_DATABASE_URL to a "
+                    "superuser on it")
+    return subprocess.run([PG_SH, "admin-url"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+@pytest.fixture(scope="session")
 def admin(server_url: str) -> Iterator[psycopg.Connection]:
-    """An autocommit connection for creating and dropping test databases."""
+    """An autocommit connection for creating and dropping test databases.
+
+    The test role is enough: CREATEDB, and it owns (so may drop) what it creates.
+    """
     with psycopg.connect(_with_db(server_url, "postgres"), autocommit=True) as conn:
         _drop_stale(conn)
         yield conn

@@ -296,8 +296,11 @@ def test_postgresql_restart(private_pg: tuple[str, dict[str, str]], chaos: Chaos
 
 # --- (d) pg_terminate_backend of every brooq connection ----------------------------------------
 
+# Only the test role's own connections (brooq's): an autovacuum worker in the same database is
+# not ours to kill, and the test role is not a superuser.
 TERMINATE = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-             "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+             "AND usename = current_user")
 
 
 def test_terminate_every_backend(pg: psycopg.Connection[Any], dsn: str,
