@@ -15,6 +15,7 @@ import glob
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -112,20 +113,36 @@ class DatabaseCollector:
     """``brooq_jobs`` and ``brooq_ready_oldest_age_seconds``, read at scrape time.
 
     One grouped query (plus one for ages), cached for ``ttl_s`` so a burst of
-    scrapes costs the database one query.
+    scrapes costs the database one query. Thread-safe: concurrent scrapes
+    (the surface serves each in its own thread) wait ≤ ``wait_s`` for the one
+    read in progress instead of each running its own.
     """
 
     def __init__(self, read: Callable[[], tuple[list[dict[str, Any]], dict[str, float]]],
-                 topics: Sequence[str], ttl_s: float = 5.0) -> None:
-        self.read, self.topics, self.ttl_s = read, list(topics), ttl_s
+                 topics: Sequence[str], ttl_s: float = 5.0, wait_s: float = 1.0) -> None:
+        self.read, self.topics, self.ttl_s, self.wait_s = read, list(topics), ttl_s, wait_s
         self._cached: tuple[float, Any] | None = None
+        self._reading = threading.Lock()
+
+    def _fresh(self) -> tuple[list[dict[str, Any]], dict[str, float]] | None:
+        cached = self._cached
+        if cached is None or time.monotonic() - cached[0] > self.ttl_s:
+            return None
+        values: tuple[list[dict[str, Any]], dict[str, float]] = cached[1]
+        return values
 
     def _values(self) -> tuple[list[dict[str, Any]], dict[str, float]]:
-        now = time.monotonic()
-        if self._cached is None or now - self._cached[0] > self.ttl_s:
-            self._cached = (now, self.read())
-        values: tuple[list[dict[str, Any]], dict[str, float]] = self._cached[1]
-        return values
+        if (values := self._fresh()) is not None:
+            return values
+        if not self._reading.acquire(timeout=self.wait_s):
+            raise TimeoutError("another scrape is still reading the database")
+        try:
+            if (values := self._fresh()) is None:
+                values = self.read()
+                self._cached = (time.monotonic(), values)
+            return values
+        finally:
+            self._reading.release()
 
     def collect(self) -> Iterator[Any]:
         """Yield the two gauge families; nothing when the database is unreachable."""

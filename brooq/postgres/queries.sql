@@ -261,6 +261,11 @@ WHERE state IN ('pending', 'failed') AND available_at <= now()
 GROUP BY topic
 ORDER BY topic
 
+-- name: local_statement_timeout
+-- Bound the statements of the current transaction only (SET LOCAL, with a parameter;
+-- safe under PgBouncer's transaction mode).
+SELECT set_config('statement_timeout', %(timeout)s, true)
+
 -- name: last_scheduled_run
 -- When the latest run of a periodic schedule was enqueued (its available_at).
 SELECT max(available_at) FROM job

@@ -398,6 +398,22 @@ class PostgresStore:
         with self.connector.connection() as conn:
             return {t: float(s) for t, s in conn.execute(sql("oldest_ready"))}
 
+    def gauges(
+        self, timeout: timedelta,
+    ) -> tuple[list[dict[str, Any]], dict[str, float]]:
+        """:meth:`depth` and :meth:`oldest_ready` in one transaction, each bounded by ``timeout``.
+
+        A cold scrape of a huge (or locked) table fails with StoreUnavailable
+        after ``timeout`` instead of holding an HTTP request and a connection.
+        """
+        ms = max(1, round(timeout.total_seconds() * 1000))
+        with self.connector.connection() as conn, conn.transaction():
+            conn.execute(sql("local_statement_timeout"), {"timeout": f"{ms}ms"})
+            cur = conn.cursor(row_factory=dict_row)
+            depth = cur.execute(sql("depth")).fetchall()
+            oldest = {t: float(s) for t, s in conn.execute(sql("oldest_ready"))}
+        return depth, oldest
+
     def running(self) -> list[dict[str, Any]]:
         """Jobs in flight with holder and seconds of lease left."""
         with self.connector.connection() as conn:

@@ -33,7 +33,6 @@ from brooq.engine.maintenance import Periodic, Reaper, Retention
 from brooq.engine.outcome import crash_outcome
 from brooq.engine.periodic import PeriodicScheduler
 from brooq.engine.port import Ticket, TopicCount
-from brooq.http import Endpoints, ServiceSurface
 from brooq.logs import event
 from brooq.postgres.connect import connect
 from brooq.postgres.store import PostgresStore
@@ -42,6 +41,7 @@ from brooq.supervisor import osproc, protocol
 from brooq.supervisor.child import EXIT_OK, EXIT_RECYCLE, ChildConfig, child_main
 from brooq.supervisor.systemd import Notifier
 from brooq.supervisor.workers import InFlight, SlotState, WorkerProcess
+from brooq.surface import HealthBoard, ServiceSurface
 from brooq.vocabulary import BrooqError, StoreUnavailable, format_duration
 
 log = logging.getLogger("brooq.supervisor")
@@ -116,6 +116,9 @@ class Supervisor:
         self.free_metric_ids: list[int] = []
         self.next_metric_id = 0
         self.surface: ServiceSurface | None = None
+        self.health_board = HealthBoard()  # the loop writes, the HTTP threads read
+        self.health_check = Periodic(timedelta(seconds=1))
+        self.database_ok = True
         self.notifier = Notifier()
         self.slots = [SlotState(list(t)) for t in config.slots]
         self.workers: dict[int, WorkerProcess] = {}
@@ -172,36 +175,47 @@ class Supervisor:
               http=self.surface.address if self.surface else "off")
 
     def open_surface(self) -> None:
-        """Listen on HTTP_ADDR (raises SurfaceConfigError before any child is forked)."""
+        """Serve HTTP_ADDR from the surface's own threads and store.
+
+        Raises SurfaceConfigError before any child is forked. The HTTP threads
+        share nothing with the loop but the health board.
+        """
         if not self.config.http_addr:
             return
-        db = prom.DatabaseCollector(lambda: (self.store.depth(), self.store.oldest_ready()),
-                                    self.queue.registry.topics())
-        endpoints = Endpoints(
-            metrics=lambda: prom.render(db, self.pid), health=self.health,
-            get_job=lambda job_id: self.store.get(job_id).as_dict(),
-            cancel_job=self.cancel_job, token=self.config.token,
-        )
-        self.surface = ServiceSurface(self.config.http_addr, endpoints,
-                                      self.config.http_allow_remote)
+        self.surface = ServiceSurface(
+            self.config.http_addr, dsn=self.config.dsn, topics=self.queue.registry.topics(),
+            supervisor_pid=self.pid, health=self.health_board, token=self.config.token,
+            allow_remote=self.config.http_allow_remote,
+        ).start()
 
     def health(self) -> tuple[bool, str]:
-        """/healthz: the loop answers (this call proves it), the database answers, workers run."""
+        """/healthz's verdict: not stopping, the database answered its last ping, workers run."""
         if self.stopping:
             return False, f"stopping ({self.stopping})"
-        try:
-            self.store.ping()
-        except StoreUnavailable as exc:
-            return False, str(exc)
+        if not self.database_ok:
+            return False, "database unavailable"  # the details are in the log, not on HTTP
         running = sum(1 for w in self.workers.values() if w.booted and not w.retiring)
         if running < len(self.slots):
             return False, f"{running} of {len(self.slots)} workers running"
         return True, f"{running} workers running"
 
-    def cancel_job(self, job_id: str) -> dict[str, Any]:
-        """POST /jobs/{id}/cancel."""
-        canceled = self.store.cancel(job_id, "canceled through the HTTP endpoint")
-        return {"id": job_id, "canceled": canceled, "state": str(self.store.get(job_id).state)}
+    def publish_health(self) -> None:
+        """Every tick: ping the database (at most once a second) and publish the verdict.
+
+        A fresh snapshot is the loop's proof of life: the board reports a stalled
+        loop when it stops coming.
+        """
+        if self.surface is None:
+            return
+        if self.health_check.due(time.monotonic()):
+            try:
+                self.store.ping()
+                self.database_ok = True
+            except StoreUnavailable as exc:
+                if self.database_ok:
+                    event(log, "DatabaseUnavailable", logging.WARNING, error=str(exc))
+                self.database_ok = False
+        self.health_board.publish(*self.health())
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
         """NO LOGGING, just queue the signal; the wakeup fd wakes the loop."""
@@ -230,6 +244,7 @@ class Supervisor:
         self.maintain()
         self.manage_workers()
         self.report_ready()
+        self.publish_health()
 
     def report_ready(self) -> None:
         """READY=1 to systemd once every slot's first child has booted."""
@@ -298,7 +313,7 @@ class Supervisor:
     # --- waiting ------------------------------------------------------------------------
 
     def wait(self) -> None:
-        """Sleep until a signal, a cancel NOTIFY, a request, or the next deadline.
+        """Sleep until a signal, a cancel NOTIFY, or the next deadline.
 
         The children's report pipes do not wake the loop: at thousands of jobs
         a second that would cost the parent a tick per message. They are read
@@ -309,14 +324,10 @@ class Supervisor:
         cancel_fd = self.cancels.fileno() if not self.stopping else None
         if cancel_fd is not None:
             fds.append(cancel_fd)
-        if self.surface is not None:
-            fds.append(self.surface.fileno())
         try:
             ready, _, _ = select.select(fds, [], [], self.timeout())
         except InterruptedError:
             return
-        if self.surface is not None and self.surface.fileno() in ready:
-            self.surface.handle()
         if self.wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 while os.read(self.wake_r, 4096):
@@ -642,9 +653,8 @@ class Supervisor:
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
+        # The surface's sockets are closed by brooq.surface.server's at-fork hook.
         fds = [read_fd, self.wake_r, self.wake_w] + [w.reader.fd for w in self.workers.values()]
-        if self.surface is not None:
-            fds.append(self.surface.fileno())
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
