@@ -117,7 +117,7 @@ class Supervisor:
         self.next_metric_id = 0
         self.surface: ServiceSurface | None = None
         self.health_board = HealthBoard()  # the loop writes, the HTTP threads read
-        self.health_check = Periodic(timedelta(seconds=1))
+        self.pinged_at = 0.0
         self.database_ok = True
         self.notifier = Notifier()
         self.slots = [SlotState(list(t)) for t in config.slots]
@@ -200,14 +200,18 @@ class Supervisor:
         return True, f"{running} workers running"
 
     def publish_health(self) -> None:
-        """Every tick: ping the database (at most once a second) and publish the verdict.
+        """Every tick: publish /healthz's verdict, pinging the database first when it was asked.
 
-        A fresh snapshot is the loop's proof of life: the board reports a stalled
-        loop when it stops coming.
+        The ping runs when /healthz was read since the last one, else once a
+        second: at most one a tick, however many requests come. A fresh snapshot
+        is the loop's proof of life: the board reports a stalled loop when it
+        stops coming.
         """
         if self.surface is None:
             return
-        if self.health_check.due(time.monotonic()):
+        now = time.monotonic()
+        if now - self.pinged_at >= 1.0 or self.health_board.asked_since(self.pinged_at):
+            self.pinged_at = now
             try:
                 self.store.ping()
                 self.database_ok = True

@@ -36,18 +36,26 @@ class HealthBoard:
     The snapshot is one tuple rebound at each publish, so a reader sees a
     whole snapshot, never half of one. A snapshot older than ``stale_after``
     seconds means the loop stopped ticking: that is unhealthy whatever it said.
+    Readers leave the time they asked, so the loop can check the database
+    again at its next tick while someone is watching (and rarely otherwise).
     """
 
     def __init__(self, stale_after: float = 5.0) -> None:
         self.stale_after = stale_after
         self._snapshot: tuple[bool, str, float] = (False, "starting", time.monotonic())
+        self._asked_at = 0.0
 
     def publish(self, ok: bool, reason: str) -> None:
         """Called by the loop (every tick): the current verdict."""
         self._snapshot = (ok, reason, time.monotonic())
 
+    def asked_since(self, since: float) -> bool:
+        """True when /healthz was read after ``since`` (time.monotonic())."""
+        return self._asked_at > since
+
     def read(self) -> tuple[bool, str]:
         """(ok, reason) for /healthz; thread-safe."""
+        self._asked_at = time.monotonic()
         ok, reason, at = self._snapshot
         age = time.monotonic() - at
         if age > self.stale_after:

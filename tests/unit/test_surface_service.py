@@ -95,3 +95,13 @@ def test_the_board_shows_what_the_loop_published(reason: str) -> None:
     board = HealthBoard()
     board.publish(False, reason)
     assert board.read() == (False, reason)
+
+
+def test_readers_leave_the_time_they_asked() -> None:
+    """The loop pings the database at its next tick only while someone asks."""
+    board = HealthBoard()
+    before = time.monotonic()
+    assert not board.asked_since(before)
+    board.read()
+    assert board.asked_since(before)
+    assert not board.asked_since(time.monotonic())
