@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from brooq.engine.inspection import Inspection, TopicStateCount
-from brooq.osproc import pid_alive
+from brooq.osproc import no_fork, pid_alive
 
 _identity: dict[str, str | None] = {"id": None}
 
@@ -158,20 +158,37 @@ class DatabaseCollector:
 
     Two grouped queries through the Inspection port (under its statement time
     limit), cached for ``ttl_s`` so a burst of scrapes costs the database one
-    read. Nothing is yielded while the database cannot answer.
+    read. Thread-safe: concurrent scrapes (the surface serves each in its own
+    thread) wait at most ``wait_s`` for the one read in progress instead of each
+    running its own. Nothing is yielded while the database cannot answer.
     """
 
-    def __init__(self, inspection: Inspection, topics: Sequence[str], ttl_s: float = 5.0) -> None:
-        self.inspection, self.topics, self.ttl_s = inspection, list(topics), ttl_s
+    def __init__(self, inspection: Inspection, topics: Sequence[str], ttl_s: float = 5.0,
+                 wait_s: float = 1.0) -> None:
+        self.inspection, self.topics = inspection, list(topics)
+        self.ttl_s, self.wait_s = ttl_s, wait_s
         self._cached: tuple[float, list[TopicStateCount], dict[str, float]] | None = None
-        self._lock = threading.Lock()
+        self._reading = threading.Lock()
+
+    def _fresh(self) -> tuple[list[TopicStateCount], dict[str, float]] | None:
+        cached = self._cached
+        if cached is None or time.monotonic() - cached[0] > self.ttl_s:
+            return None
+        return cached[1], cached[2]
 
     def _values(self) -> tuple[list[TopicStateCount], dict[str, float]]:
-        with self._lock:  # concurrent scrapes share one read
-            now = time.monotonic()
-            if self._cached is None or now - self._cached[0] > self.ttl_s:
-                self._cached = (now, self.inspection.depth(), self.inspection.oldest_ready())
-            return self._cached[1], self._cached[2]
+        if (values := self._fresh()) is not None:
+            return values
+        if not self._reading.acquire(timeout=self.wait_s):
+            raise TimeoutError("another scrape is still reading the database")
+        try:
+            if (values := self._fresh()) is None:
+                with no_fork():
+                    values = self.inspection.depth(), self.inspection.oldest_ready()
+                self._cached = (time.monotonic(), *values)
+            return values
+        finally:
+            self._reading.release()
 
     def collect(self) -> Iterator[Any]:
         """Yield the two gauge families; nothing when the database is unreachable."""

@@ -131,6 +131,8 @@ class Supervisor:
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, self._queue_signal)
         self.start_services()
+        if self.surface is not None:
+            self.surface.start()
         osproc.title(f"brooq supervisor {self.name} workers={len(self.slots)}")
         event(log, "SupervisorStarted", workers=len(self.slots), pid=self.pid,
               holder=self.holder, http=self.surface.address if self.surface else "off")
@@ -214,20 +216,18 @@ class Supervisor:
         self.manage_workers()
         self.db.check_stuck(now)
         self.report_ready()
+        if self.surface is not None:
+            self.surface.publish(self)
 
     def wait(self) -> None:
         """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline."""
         reads = [self.wake_r, self.db.fileno(), self.notices.fileno()]
         reads += [c.sock for c in self.children.values() if not c.closed]
         writes = [c.sock for c in self.children.values() if c.outbox and not c.closed]
-        if self.surface is not None and self.surface.fileno() is not None:
-            reads.append(self.surface.fileno())  # type: ignore[arg-type]
         try:
             ready, writable, _ = select.select(reads, writes, [], self.timeout())
         except InterruptedError:
             return
-        if self.surface is not None and self.surface.fileno() in ready:
-            self.surface.handle()
         for child in self.children.values():
             if child.sock in writable:
                 child.flush()
@@ -446,8 +446,11 @@ class Supervisor:
                 self.kill(child, Kill.LEASE_ENDING)
 
     def probe_database(self, now: float) -> None:
-        """A cheap query when the database thread has been quiet, so /healthz stays true."""
-        if now - max(self.db.last_ok, self.db.last_failed) >= PROBE_EVERY_S and self.db.idle():
+        """A cheap query when the database thread has been quiet, or /healthz was just asked:
+        what /healthz says of the database is then never older than a tick or two."""
+        last = max(self.db.last_ok, self.db.last_failed)
+        asked = self.surface is not None and self.surface.asked_since(last)
+        if (asked or now - last >= PROBE_EVERY_S) and not self.db.busy("ping"):
             self.db.submit("ping", self.inspection.ping, lambda result, error: None)
 
     def release_stale(self, now: float) -> None:
@@ -593,8 +596,6 @@ class Supervisor:
         signal.set_wakeup_fd(-1)
         fds = [parent_end, self.wake_r, self.wake_w, self.db.fileno(), self.notices.fileno()]
         fds += [c.sock for c in self.children.values()]
-        if self.surface is not None and self.surface.fileno() is not None:
-            fds.append(self.surface.fileno())  # type: ignore[arg-type]
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -1,20 +1,19 @@
-"""The supervisor's service surface: what /healthz, /metrics and the job endpoints answer.
+"""The supervisor's service surface: what /healthz and /metrics say about this supervisor.
 
-Health is judged from the supervisor's own state (workers up and turning,
-the database thread answering), never by a query of its own, and never
-carries database error text. Database reads for /metrics and the job
-endpoints go through a connection of the surface's own, under a time limit.
+The HTTP server runs in threads of its own (brooq.surface); the loop only
+publishes a health verdict each tick and a snapshot of what its workers do.
+Health is judged from the supervisor's own state (workers up and not
+wedged, the database thread answering), never by a query in an HTTP thread,
+and never carries database error text.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from brooq import metrics as prom
-from brooq.http import Endpoints, ServiceSurface
-from brooq.postgres.inspection import PostgresInspection
-from brooq.postgres.store import PostgresStore
+from brooq.surface.service import HealthBoard, ServiceSurface
 
 if TYPE_CHECKING:
     from brooq.supervisor.arbiter import Supervisor
@@ -24,57 +23,50 @@ DATABASE_SILENT_S = 10.0
 
 
 class Surface:
-    """The HTTP surface of one supervisor."""
+    """The HTTP surface of one supervisor, and the health board its loop keeps current."""
 
-    def __init__(self, sup: Supervisor, server: ServiceSurface) -> None:
-        self.sup, self.server = sup, server
-        self.address = server.address
+    def __init__(self, service: ServiceSurface, board: HealthBoard) -> None:
+        self.service, self.board = service, board
+        self.address = service.address
 
     @classmethod
     def open(cls, sup: Supervisor) -> Surface | None:
-        """Listen on HTTP_ADDR (SurfaceConfigError before any worker is forked); None when off."""
+        """Bind HTTP_ADDR (SurfaceConfigError before any worker is forked); None when off."""
         settings = sup.settings
         if not settings.http_addr:
             return None
-        store = PostgresStore(sup.dsn)
-        inspection = PostgresInspection(sup.dsn)
+        board = HealthBoard()
         topics = sup.queue.registry.topics()
-        collectors = [prom.DatabaseCollector(inspection, topics),
-                      prom.WorkersCollector(lambda: workers_snapshot(sup), topics)]
+        service = ServiceSurface(
+            settings.http_addr, dsn=sup.dsn, topics=topics, supervisor_pid=sup.pid,
+            health=board, token=settings.token, allow_remote=settings.http_allow_remote,
+            collectors=[prom.WorkersCollector(lambda: workers_snapshot(sup), topics)])
+        return cls(service, board)
 
-        def cancel_job(job_id: str) -> dict[str, Any]:
-            canceled = store.cancel(job_id, "canceled through the HTTP endpoint")
-            return {"id": job_id, "canceled": canceled, "state": str(store.get(job_id).state)}
+    def start(self) -> None:
+        """Serve in the server's threads."""
+        self.service.start()
 
-        endpoints = Endpoints(
-            metrics=lambda: prom.render(collectors, sup.pid),
-            health=lambda: health(sup),
-            get_job=lambda job_id: store.get(job_id).as_dict(),
-            cancel_job=cancel_job, token=settings.token,
-        )
-        server = ServiceSurface(settings.http_addr, endpoints, settings.http_allow_remote)
-        return cls(sup, server)
+    def publish(self, sup: Supervisor) -> None:
+        """The loop's verdict for /healthz, once per tick."""
+        self.board.publish(*health(sup))
 
-    def fileno(self) -> int | None:
-        """The listening socket, for the loop's select()."""
-        return self.server.fileno()
-
-    def handle(self) -> None:
-        """Serve one pending request."""
-        self.server.handle()
+    def asked_since(self, since: float) -> bool:
+        """True when /healthz was read after ``since``: worth a fresh look at the database."""
+        return self.board.asked_since(since)
 
     def close(self) -> None:
-        """Stop listening."""
-        self.server.close()
+        """Stop serving (within about a second, slow clients or not)."""
+        self.service.close()
 
 
 def workers_snapshot(sup: Supervisor) -> tuple[int, dict[str, int]]:
-    """Worker processes running, and busy workers per topic."""
+    """Worker processes running, and busy workers per topic (read from an HTTP thread)."""
     busy: dict[str, int] = {}
     for child in list(sup.children.values()):
-        if child.job is not None:
-            topic = child.job.claimed.topic
-            busy[topic] = busy.get(topic, 0) + 1
+        job = child.job
+        if job is not None:
+            busy[job.claimed.topic] = busy.get(job.claimed.topic, 0) + 1
     return len(sup.children), busy
 
 
@@ -84,7 +76,7 @@ def health(sup: Supervisor) -> tuple[bool, str]:
         return False, f"stopping ({sup.stopping})"
     if not sup.db.answering(time.monotonic(), DATABASE_SILENT_S):
         return False, "database unavailable"
-    running = sum(1 for c in list(sup.children.values())
+    running = sum(1 for c in sup.children.values()
                   if c.booted and not c.retiring and c.kill is None and not c.closed)
     if running < len(sup.slots):
         return False, f"{running} of {len(sup.slots)} workers running"

@@ -298,7 +298,12 @@ def test_valid_dsn_forms(dsn: str) -> None:
 
 def test_secrets_never_in_repr_env_or_toml_output() -> None:
     s = load({"DATABASE_URL": DSN, "BROOQ_TOKEN": SECRET})
-    for text in (repr(s), settings_to_env(s), settings_to_toml(s), redact_dsn(s.database_url or "")):
+    for text in (
+        repr(s),
+        settings_to_env(s),
+        settings_to_toml(s),
+        redact_dsn(s.database_url or ""),
+    ):
         assert SECRET not in text
     assert "DATABASE_URL=postgresql://app:***@db.internal:5432/app\n" in settings_to_env(s)
     assert "BROOQ_TOKEN=***\n" in settings_to_env(s)

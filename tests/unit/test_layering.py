@@ -1,7 +1,7 @@
 """Layout and import rules, checked on the real source (DESIGN.md, "Layout and import rules").
 
 vocabulary (stdlib only) ← engine (no SQL, no psycopg) ← postgres (the only
-place SQL and psycopg live) ← composition (cli, supervisor, http, metrics,
+place SQL and psycopg live) ← composition (cli, supervisor, surface, metrics,
 config, queue).
 """
 
@@ -28,7 +28,7 @@ ENGINE_FORBIDDEN = (
     "brooq.cli",
     "brooq.config",
     "brooq.supervisor",
-    "brooq.http",
+    "brooq.surface",
     "brooq.metrics",
 )
 THIRD_PARTY = ("psycopg", "psycopg_pool", "prometheus_client", "yoyo")

@@ -1,0 +1,95 @@
+"""Who may listen where, and who may call the guarded endpoints: addresses and bearer tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+
+from brooq.config import values
+from brooq.surface.wire import Request, Response
+from brooq.vocabulary import InvalidInput
+
+MIN_REMOTE_TOKEN_BYTES = 32
+
+
+class SurfaceConfigError(InvalidInput):
+    """HTTP_ADDR is not usable as given (not loopback without the flag, a weak token, in use)."""
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``host:port`` (IPv6 in brackets) into a pair; port 0 picks a free port.
+
+    The settings' parser (brooq.config.values.parse_addr), raising SurfaceConfigError.
+    """
+    try:
+        return values.parse_addr(addr)
+    except ValueError as exc:
+        raise SurfaceConfigError(f"HTTP_ADDR: {exc}") from None
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost`` and loopback IP literals (an empty host means every interface)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
+    """Refuse a non-loopback address unless allowed and guarded by a token of 32+ bytes.
+
+    On the network the token is all that stands between anyone and the
+    cancel endpoint; a short one could be guessed, so it is refused at start.
+    """
+    if is_loopback(host):
+        return
+    if not allow_remote:
+        raise SurfaceConfigError(
+            f"HTTP_ADDR host {host!r} is not loopback; pass --http-allow-remote (and set a "
+            "token) to expose the surface, or put it behind a proxy"
+        )
+    if not token:
+        raise SurfaceConfigError(
+            f"HTTP_ADDR host {host!r} is not loopback: set BROOQ_TOKEN first (at least "
+            f"{MIN_REMOTE_TOKEN_BYTES} bytes, e.g. the output of `openssl rand -hex 32`)"
+        )
+    size = len(token.encode())
+    if size < MIN_REMOTE_TOKEN_BYTES:
+        raise SurfaceConfigError(
+            f"HTTP_ADDR host {host!r} is not loopback and BROOQ_TOKEN is {size} bytes: a surface "
+            f"on the network needs a token of at least {MIN_REMOTE_TOKEN_BYTES} bytes "
+            "(e.g. the output of `openssl rand -hex 32`)"
+        )
+
+
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
+
+
+def token_matches(given: str, token: str) -> bool:
+    """Constant-time comparison; hashing first hides the token's length too."""
+    return hmac.compare_digest(_digest(given), _digest(token))
+
+
+def refuse_unless_bearer(request: Request, token: str | None) -> Response | None:
+    """None when ``request`` carries ``Authorization: Bearer <token>``; else the refusal.
+
+    404 when no token is configured (the guarded endpoints do not exist),
+    400 for two Authorization headers (which one would a proxy have checked?),
+    401 with ``WWW-Authenticate: Bearer`` for a missing or wrong token. The
+    scheme is case-insensitive (RFC 7235).
+    """
+    if not token:
+        return Response.json(404, {"error": "this endpoint is disabled: no token is "
+                                            "configured (set BROOQ_TOKEN)"})
+    values = request.header_values("authorization")
+    if len(values) > 1:
+        return Response.json(400, {"error": "more than one Authorization header"})
+    scheme, _, credentials = (values[0] if values else "").strip().partition(" ")
+    if scheme.lower() != "bearer" or not token_matches(credentials.strip(" "), token):
+        return Response.json(401, {"error": "missing or wrong bearer token"},
+                             headers=[("WWW-Authenticate", 'Bearer realm="brooq"')])
+    return None
