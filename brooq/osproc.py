@@ -65,26 +65,52 @@ def describe_exit(status: int) -> str:
 
 # A process that forks while one of its threads is inside libpq, a DNS lookup or a
 # socket call can hand the child a lock that nobody will ever release: the child's
-# own first connection then hangs. The supervisor's threads do all such work while
-# holding this lock, and the loop forks only while it holds it.
-_quiet = threading.Lock()
+# own first connection then hangs. The supervisor's threads do all such work inside
+# no_fork() (any number at once), and the loop forks only when none is inside.
+class _ForkGate:
+    """Many threads may be inside at once; a fork waits until none is, and holds new ones off."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._inside = 0
+        self._forking = False
+
+    @contextlib.contextmanager
+    def inside(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._forking)
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._inside -= 1
+                self._cond.notify_all()
+
+    def fork(self, timeout: float) -> int | None:
+        with self._cond:
+            self._forking = True
+            try:
+                if not self._cond.wait_for(lambda: self._inside == 0, timeout):
+                    return None
+                return os.fork()
+            finally:
+                self._forking = False
+                self._cond.notify_all()
 
 
-@contextlib.contextmanager
-def no_fork() -> Iterator[None]:
+_gate = _ForkGate()
+
+
+def no_fork() -> contextlib.AbstractContextManager[None]:
     """Hold off forks while the block talks to the database or the network."""
-    with _quiet:
-        yield
+    return _gate.inside()
 
 
 def fork_when_quiet(timeout: float) -> int | None:
     """``os.fork()`` once no thread is inside a :func:`no_fork` block; None after ``timeout``.
 
-    The child continues with the lock released, like the parent.
+    New :func:`no_fork` blocks wait meanwhile. The child continues with the gate
+    open, like the parent.
     """
-    if not _quiet.acquire(timeout=timeout):
-        return None
-    try:
-        return os.fork()
-    finally:
-        _quiet.release()
+    return _gate.fork(timeout)

@@ -39,7 +39,7 @@ from brooq.supervisor import orphans, protocol
 from brooq.supervisor.child import WorkerConfig, worker_main
 from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Exit, Interrupt, Kill
 from brooq.supervisor.completer import Completer, Pending, count_by_label
-from brooq.supervisor.database import DatabaseThread
+from brooq.supervisor.database import DatabaseThread, Lanes
 from brooq.supervisor.dispatch import Dispatcher
 from brooq.supervisor.leases import Held, Holdings, LeaseKeeper
 from brooq.supervisor.maintenance import Maintenance
@@ -95,9 +95,11 @@ class Supervisor:
         self.next_metric_id = 0
         self.restarts = 0
         lease = settings.lease
+        bound = max(lease / 3, timedelta(seconds=5))
         self.store = PostgresStore(dsn, notify=settings.notify,
                                    max_payload_bytes=settings.max_payload_bytes,
-                                   statement_timeout=max(lease / 3, timedelta(seconds=5)))
+                                   statement_timeout=bound)
+        self.claims_store = PostgresStore(dsn, statement_timeout=bound)
         self.holdings = Holdings()
         self.surface: Surface | None = None
 
@@ -140,25 +142,27 @@ class Supervisor:
     def start_services(self) -> None:
         """The database and LISTEN threads, and the services that use them."""
         s, lease = self.settings, self.settings.lease
-        self.db = DatabaseThread(self.store.connector,
-                                 stuck_after=max(2.0, lease.total_seconds() / 6))
+        stuck_after = max(2.0, lease.total_seconds() / 6)
+        self.db = Lanes(DatabaseThread(self.claims_store.connector, stuck_after),
+                        DatabaseThread(self.store.connector, stuck_after))
         self.inspection = PostgresInspection(self.store.connector)
         self.notices = Notices(self.dsn)
         limits = {t: n for t in self.queue.registry.topics()
                   if (n := self.queue.registry.options(t).max_running)}
         prefetch = len(self.slots) if s.prefetch is None else s.prefetch
         self.producer = Producer(
-            self.store, self.db, self.holder, lease, sorted({slot.group for slot in self.slots}),
+            self.claims_store, self.db.claims, self.holder, lease, sorted({slot.group for slot in self.slots}),
             limits, prefetch, s.poll_interval,
             max_wait=max(1.0, 2 * s.poll_interval.total_seconds()),
             on_claimed=self.claimed)
-        self.completer = Completer(self.store, self.db, self.flushed)
-        self.leases = LeaseKeeper(self.store, self.db, self.holdings, lease, self.lost)
+        self.completer = Completer(self.store, self.db.writes, self.flushed)
+        self.leases = LeaseKeeper(self.claims_store, self.db.claims, self.holdings, lease,
+                                  self.lost)
         self.dispatcher = Dispatcher(self.queue.registry, self.producer, self.completer,
                                      self.holdings, self.metrics, lease.total_seconds(),
                                      self.retire)
         self.maintenance = Maintenance(
-            self.db, Reaper(self.store, Every(s.reaper_period), s.max_expirations),
+            self.db.writes, Reaper(self.store, Every(s.reaper_period), s.max_expirations),
             Retention(self.store, s.retention_ttl, s.retention_batch, Every(s.retention_period)),
             PeriodicScheduler(self.queue.schedules, self.store.enqueue_many,
                               self.store.last_scheduled_run),
@@ -185,6 +189,7 @@ class Supervisor:
         self.db.stop(timeout=5.0)
         self.notices.stop()
         self.store.close()
+        self.claims_store.close()
         if self.surface is not None:
             self.surface.close()
         for fd in (self.wake_r, self.wake_w):
@@ -221,7 +226,7 @@ class Supervisor:
 
     def wait(self) -> None:
         """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline."""
-        reads = [self.wake_r, self.db.fileno(), self.notices.fileno()]
+        reads = [self.wake_r, *self.db.filenos(), self.notices.fileno()]
         reads += [c.sock for c in self.children.values() if not c.closed]
         writes = [c.sock for c in self.children.values() if c.outbox and not c.closed]
         try:
@@ -450,8 +455,8 @@ class Supervisor:
         what /healthz says of the database is then never older than a tick or two."""
         last = max(self.db.last_ok, self.db.last_failed)
         asked = self.surface is not None and self.surface.asked_since(last)
-        if (asked or now - last >= PROBE_EVERY_S) and not self.db.busy("ping"):
-            self.db.submit("ping", self.inspection.ping, lambda result, error: None)
+        if (asked or now - last >= PROBE_EVERY_S) and not self.db.writes.busy("ping"):
+            self.db.writes.submit("ping", self.inspection.ping, lambda result, error: None)
 
     def release_stale(self, now: float) -> None:
         """Jobs that waited too long in a buffer go back to pending, uncharged."""
@@ -542,7 +547,7 @@ class Supervisor:
             for job_id in sorted(released or ()):
                 event(log, "JobReleased", job_id=job_id, note=why)
 
-        self.db.submit("release", lambda: self.store.release(tickets), done)
+        self.db.writes.submit("release", lambda: self.store.release(tickets), done)
 
     def retire(self, child: ChildProcess) -> None:
         """The worker finishes its job (if any) and leaves."""
@@ -594,7 +599,7 @@ class Supervisor:
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)
-        fds = [parent_end, self.wake_r, self.wake_w, self.db.fileno(), self.notices.fileno()]
+        fds = [parent_end, self.wake_r, self.wake_w, *self.db.filenos(), self.notices.fileno()]
         fds += [c.sock for c in self.children.values()]
         for fd in fds:
             with contextlib.suppress(OSError):

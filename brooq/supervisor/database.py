@@ -182,3 +182,54 @@ class InlineDatabase:
     def idle(self) -> bool:
         """Always."""
         return True
+
+
+class Lanes:
+    """The supervisor's two database threads, each with its own connection.
+
+    ``claims`` serves the producer and the heartbeat, so that a claim or a
+    lease never waits behind a batch of outcomes or a retention pass;
+    ``writes`` serves the completer, releases and maintenance. The two run
+    at once, so one commit's flush to disk overlaps the other's.
+    """
+
+    def __init__(self, claims: DatabaseThread, writes: DatabaseThread) -> None:
+        self.claims, self.writes = claims, writes
+        self.all = (claims, writes)
+
+    def filenos(self) -> list[int]:
+        """Readable when finished tasks wait for :meth:`collect`."""
+        return [lane.fileno() for lane in self.all]
+
+    def collect(self) -> None:
+        """Hand every finished task's result to its ``done``, in the loop."""
+        for lane in self.all:
+            lane.collect()
+
+    def check_stuck(self, now: float) -> None:
+        """Cut the connection of a lane whose task runs too long."""
+        for lane in self.all:
+            lane.check_stuck(now)
+
+    def idle(self) -> bool:
+        """True when neither lane has work queued or running."""
+        return all(lane.idle() for lane in self.all)
+
+    @property
+    def last_ok(self) -> float:
+        """When a task of either lane last finished without an outage."""
+        return max(lane.last_ok for lane in self.all)
+
+    @property
+    def last_failed(self) -> float:
+        """When a task of either lane last met an outage."""
+        return max(lane.last_failed for lane in self.all)
+
+    def answering(self, now: float, silent_s: float) -> bool:
+        """True when the latest task met no outage and one finished within ``silent_s``."""
+        return self.last_ok > self.last_failed and now - self.last_ok < silent_s
+
+    def stop(self, timeout: float) -> None:
+        """Finish the queued tasks of both lanes (at most ``timeout`` s each), then end them."""
+        for lane in self.all:
+            lane.stop(timeout)

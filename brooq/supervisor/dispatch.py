@@ -98,7 +98,7 @@ class Dispatcher:
             return
         child.job, child.leaving = None, msg.leaving
         child.finished_jobs += 1
-        self.producer.finished(child.group, now)
+        self.producer.finished(child.group, now, now - job.started)
         topic, job_id = job.claimed.topic, msg.ticket.job_id
         if msg.written is not None or msg.outcome.kind is SettleKind.ABANDON:
             self.holdings.drop(job_id)

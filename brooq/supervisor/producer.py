@@ -11,6 +11,7 @@ uncharged, for another supervisor to take.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,11 @@ from brooq.engine.store import Claimed, Store
 from brooq.supervisor.database import Database
 
 log = logging.getLogger("brooq.supervisor")
+
+RATE_STALE_S = 1.0
+"""No job finished for this long: the workers are not turning jobs over."""
+MAX_DEPTH = 1000
+"""The most jobs ever held ahead of the idle workers of one group."""
 
 Group = tuple[str, ...]
 """The topics a set of workers serves (sorted)."""
@@ -45,7 +51,11 @@ class GroupState:
     """False after a claim came back short: wait for a NOTIFY or the poll interval."""
     next_poll: float = 0.0
     last_finish: float = -1e9
-    """When a worker of the group last finished a job (prefetch pays off only then)."""
+    """When a worker of the group last finished a job (prefetch pays off only while they do)."""
+    service: float = 1.0
+    """A moving average of the seconds from handing a job to a worker to its outcome."""
+    round_trip: float = 0.005
+    """A moving average of how long a claim takes, seconds."""
 
 
 class Producer:
@@ -70,13 +80,23 @@ class Producer:
         """Serve a group of topics (a worker slot added by TTIN)."""
         self.groups.setdefault(group, GroupState(group))
 
+    def depth(self, state: GroupState, workers: int, now: float) -> int:
+        """How many jobs to keep ahead of the group's idle workers.
+
+        At least ``prefetch`` while the workers turn jobs over, and as many as
+        they can finish during two claim round trips, so that fast handlers
+        never wait for the database; none while they do not turn jobs over
+        (jobs waiting behind long-running handlers would only be released again).
+        """
+        if not self.prefetch or now - state.last_finish > RATE_STALE_S:
+            return 0
+        capacity = workers / max(state.service, 1e-4)  # jobs per second, if always fed
+        covering = int(capacity * state.round_trip * 2) + 1
+        return min(max(self.prefetch, covering), MAX_DEPTH)
+
     def wanted(self, state: GroupState, idle: int, workers: int, now: float) -> int:
         """How many jobs to claim for a group with ``idle`` of ``workers`` idle now."""
-        # Prefetch only while the group's workers turn jobs over: a buffer of
-        # jobs waiting behind long-running handlers would only be released again.
-        turning = now - state.last_finish <= self.max_wait
-        depth = min(self.prefetch, workers) if turning else 0
-        return max(0, idle + depth - len(state.buffer))
+        return max(0, idle + self.depth(state, workers, now) - len(state.buffer))
 
     def run_once(self, now: float, idle: Mapping[Group, int],
                  workers: Mapping[Group, int]) -> int:
@@ -102,6 +122,7 @@ class Producer:
 
         def done(claimed: list[Claimed] | None, error: BaseException | None) -> None:
             state.asked = 0
+            state.round_trip += (time.monotonic() - now - state.round_trip) / 4
             if error is not None or claimed is None:
                 state.more_ready, state.next_poll = False, now + self.poll_s
                 return
@@ -128,10 +149,12 @@ class Producer:
             return None
         return state.buffer.popleft().claimed
 
-    def finished(self, group: Group, now: float) -> None:
-        """A worker of ``group`` finished a job (the buffer may prefetch again)."""
-        if group in self.groups:
-            self.groups[group].last_finish = now
+    def finished(self, group: Group, now: float, service: float) -> None:
+        """A worker of ``group`` finished a job ``service`` seconds after it was handed out."""
+        state = self.groups.get(group)
+        if state is not None:
+            state.last_finish = now
+            state.service += (service - state.service) / 16
 
     def put_back(self, group: Group, claimed: Claimed, now: float) -> None:
         """A job given back unrun by a leaving worker goes first in line again."""
