@@ -35,7 +35,7 @@ from brooq.logs import event
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import orphans, protocol
+from brooq.supervisor import orphans, protocol, reload
 from brooq.supervisor.child import WorkerConfig, worker_main
 from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Exit, Interrupt, Kill
 from brooq.supervisor.completer import Completer, Pending, count_by_label
@@ -79,7 +79,8 @@ class Supervisor:
     """Forks and supervises the worker processes of one app; claims and settles for them."""
 
     def __init__(self, queue: Queue, settings: Settings, slots: list[list[str]], dsn: str,
-                 name: str = "app", metrics: prom.Metrics | None = None) -> None:
+                 name: str = "app", metrics: prom.Metrics | None = None,
+                 reloader: reload.Reloader | None = None) -> None:
         self.queue, self.settings, self.dsn, self.name = queue, settings, dsn, name
         self.metrics = metrics or prom.Metrics()
         self.holder = holder_id()
@@ -102,6 +103,7 @@ class Supervisor:
         self.claims_store = PostgresStore(dsn, statement_timeout=bound)
         self.holdings = Holdings()
         self.surface: Surface | None = None
+        self.reloader = reloader
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -218,6 +220,7 @@ class Supervisor:
         if self.stopping:
             self.release(self.producer.drain(), "stopping")  # claims that came back late
         self.probe_database(now)
+        reload.step(self, now)
         self.manage_workers()
         self.db.check_stuck(now)
         self.report_ready()
@@ -292,9 +295,10 @@ class Supervisor:
                 self.kill(child, Kill.SHUTDOWN)
 
     def handle_sighup(self) -> None:
-        """Replace every worker, one at a time, each finishing its job first."""
-        self.generation += 1
-        event(log, "SupervisorReloading", generation=self.generation)
+        """New code and settings (checked first), then every worker replaced, one at a time,
+        each finishing its job first (brooq/supervisor/reload.py)."""
+        if not self.stopping:
+            reload.begin(self)
 
     def handle_sigttin(self) -> None:
         """One worker more (serving every topic of this supervisor)."""
@@ -471,7 +475,8 @@ class Supervisor:
         for child in self.children.values():
             if child.slot >= len(self.slots) and not child.retiring:
                 self.retire(child)
-        if not any(c.retiring for c in self.children.values()):
+        current = [c for c in self.children.values() if c.generation == self.generation]
+        if not any(c.retiring for c in self.children.values()) and all(c.booted for c in current):
             old = [c for c in self.children.values() if c.generation < self.generation]
             if old:
                 self.retire(min(old, key=lambda c: c.started))
