@@ -95,6 +95,7 @@ def supervise(args: argparse.Namespace, settings: Settings, queue: Any,
     from brooq.supervisor.reload import Reloader
 
     slots = prepare(queue, settings)
-    reloader = None if loader is None else Reloader(loader, lambda: settings_from(args), prepare)
+    reloader = None if loader is None else Reloader(loader, lambda: settings_from(args), prepare,
+                                                    slots)
     return Supervisor(queue, settings, slots, app_dsn(settings, queue), name=args.app,
                       metrics=Metrics(), reloader=reloader).run()

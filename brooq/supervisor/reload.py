@@ -143,8 +143,11 @@ class Reloader:
         loader: AppLoader,
         settings: Callable[[], Settings],
         prepare: Callable[[Queue, Settings], list[list[str]]],
+        configured: list[list[str]],
     ) -> None:
         self.loader, self.settings, self.prepare = loader, settings, prepare
+        self.configured = [sorted(t) for t in configured]
+        """The slots the settings gave last time: TTIN/TTOU changes stand until these change."""
         self.check: subprocess.Popen[bytes] | None = None
         self.output: IO[bytes] | None = None
         self.deadline = 0.0
@@ -247,8 +250,10 @@ def apply(sup: Supervisor, loaded: Loaded) -> None:
         if (n := loaded.queue.registry.options(t).max_running)
     }
     sup.maintenance.scheduler.schedules = list(loaded.queue.schedules)
-    if [s.topics for s in sup.slots] != [sorted(t) for t in loaded.slots]:
-        sup.slots = [SlotState(sorted(t)) for t in loaded.slots]
+    configured = [sorted(t) for t in loaded.slots]
+    if sup.reloader is not None and configured != sup.reloader.configured:
+        sup.reloader.configured = configured
+        sup.slots = [SlotState(t) for t in configured]
         for slot in sup.slots:
             sup.producer.add_group(slot.group)
     sup.generation += 1
