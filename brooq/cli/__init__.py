@@ -49,6 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from(args)
         setup_logging(settings.log_format, settings.log_level)
+        if settings.pgbouncer:
+            from brooq.postgres.connect import use_pgbouncer
+
+            use_pgbouncer()
         code: int = args.func(args, settings)
         return code
     except ConfigError as exc:

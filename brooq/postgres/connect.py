@@ -16,6 +16,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from brooq.postgres.dsn import MALFORMED, scrub
+from brooq.postgres.sql import sql
 from brooq.vocabulary import StoreUnavailable
 
 
@@ -71,6 +72,26 @@ def resilient(conninfo: str) -> dict[str, Any]:
     return {k: v for k, v in RESILIENCE.items() if k not in given}
 
 
+class _Profile:
+    """How this process reaches PostgreSQL; set once at start (``use_pgbouncer``)."""
+
+    pgbouncer = False
+
+
+PROFILE = _Profile()
+
+
+def use_pgbouncer(on: bool = True) -> None:
+    """Every connection brooq opens from a DSN in this process (and its forks) may go through
+    a transaction-pooling PgBouncer: no server-side prepared statements, no startup options
+    (``statement_timeout`` becomes a ``SET LOCAL`` in each operation's transaction).
+
+    Connections and pools you give brooq are yours to configure
+    (``prepare_threshold=None`` on them).
+    """
+    PROFILE.pgbouncer = on
+
+
 def connect(
     conninfo: str, *, statement_timeout: timedelta | None = None, prepare: bool = True,
     **kwargs: Any,
@@ -78,12 +99,17 @@ def connect(
     """Open one autocommit connection; StoreUnavailable (password-free) when it fails.
 
     ``statement_timeout`` is set as a startup option (no session state to
-    keep). ``prepare=False`` turns off psycopg's server-side prepared
-    statements, which a transaction-pooling PgBouncer cannot keep.
+    keep) — except through PgBouncer (``use_pgbouncer``), which refuses
+    startup options: there the Connector sets it per transaction.
+    ``prepare=False`` (implied through PgBouncer) turns off psycopg's
+    server-side prepared statements, which a transaction-pooling PgBouncer
+    cannot keep.
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
-    if statement_timeout is not None:
+    if PROFILE.pgbouncer:
+        prepare = False
+    elif statement_timeout is not None:
         ms = max(1, int(statement_timeout.total_seconds() * 1000))
         params["options"] = f"{params.get('options', '')} -c statement_timeout={ms}".strip()
     try:
@@ -139,7 +165,10 @@ class Connector:
                 with self._lock:
                     conn = self._owned()
                     try:
-                        yield conn
+                        if PROFILE.pgbouncer and self.source.statement_timeout is not None:
+                            yield from self._limited(conn, self.source.statement_timeout)
+                        else:
+                            yield conn
                     except BaseException:
                         self._drop_if_unusable()
                         raise
@@ -156,6 +185,16 @@ class Connector:
         else:
             with conn.transaction():
                 yield conn
+
+    @staticmethod
+    def _limited(conn: psycopg.Connection[Any], timeout: timedelta,
+                 ) -> Iterator[psycopg.Connection[Any]]:
+        # Through a transaction pooler a session setting would stick to a server
+        # connection someone else gets next: bound this operation's transaction only.
+        ms = f"{max(1, int(timeout.total_seconds() * 1000))}ms"
+        with conn.transaction():
+            conn.execute(sql("limit_statement_time"), {"timeout": ms})
+            yield conn
 
     def _owned(self) -> psycopg.Connection[Any]:
         if self._own is not None and self._own_pid != os.getpid():

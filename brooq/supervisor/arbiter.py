@@ -148,7 +148,7 @@ class Supervisor:
         self.db = Lanes(DatabaseThread(self.claims_store.connector, stuck_after),
                         DatabaseThread(self.store.connector, stuck_after))
         self.inspection = PostgresInspection(self.store.connector)
-        self.notices = Notices(self.dsn)
+        self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval)
         limits = {t: n for t in self.queue.registry.topics()
                   if (n := self.queue.registry.options(t).max_running)}
         prefetch = len(self.slots) if s.prefetch is None else s.prefetch
