@@ -81,8 +81,11 @@ def measure(module: str, how: str, workers: int) -> dict[str, float]:
         go_r, go_w = os.pipe()
         started = time.perf_counter()
         if how == "exec":
-            proc = subprocess.Popen([sys.executable, "-c", EXEC_CHILD, module, str(ready_w),
-                                     str(go_r)], pass_fds=(ready_w, go_r), cwd=ROOT)
+            proc = subprocess.Popen(
+                [sys.executable, "-c", EXEC_CHILD, module, str(ready_w), str(go_r)],
+                pass_fds=(ready_w, go_r),
+                cwd=ROOT,
+            )
             pid = proc.pid
         else:
             pid = os.fork()
@@ -114,12 +117,20 @@ def measure(module: str, how: str, workers: int) -> dict[str, float]:
 
 def run_one(app: str, how: str, workers: int) -> dict[str, float]:
     """One measurement in a fresh parent process (so earlier imports do not help)."""
-    code = ("import json, sys, brooq\n"
-            "from benchmarks.preload import measure\n"
-            f"if {how == 'preload'!r}: __import__({app!r})\n"
-            f"print(json.dumps(measure({app!r}, {how!r}, {workers})))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, check=True)
+    code = (
+        "import json, sys, brooq\n"
+        "from benchmarks.preload import measure\n"
+        f"if {how == 'preload'!r}: __import__({app!r})\n"
+        f"print(json.dumps(measure({app!r}, {how!r}, {workers})))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -135,15 +146,20 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["PYTHONPATH"] = os.pathsep.join([tmp, str(ROOT)])
         os.environ.setdefault("DATABASE_URL", "postgresql://unused@127.0.0.1:1/unused")
         apps = {"small": "benchmarks.apps", "heavy": "bench_heavy_app"}
-        print(f"{'app':6} {'start':10} {'boot ms':>8} {'USS MiB':>8} {'PSS MiB':>8} "
-              f"{'USS gc':>8} {'PSS gc':>8}")
+        print(
+            f"{'app':6} {'start':10} {'boot ms':>8} {'USS MiB':>8} {'PSS MiB':>8} "
+            f"{'USS gc':>8} {'PSS gc':>8}"
+        )
         for name, module in apps.items():
             for how in ("preload", "after-fork", "exec"):
                 rounds = [run_one(module, how, args.workers) for _ in range(args.rounds)]
                 med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
-                print(f"{name:6} {how:10} {med['boot_ms']:8.1f} {med['uss_mib']:8.1f} "
-                      f"{med['pss_mib']:8.1f} {med['uss_after_gc_mib']:8.1f} "
-                      f"{med['pss_after_gc_mib']:8.1f}", flush=True)
+                print(
+                    f"{name:6} {how:10} {med['boot_ms']:8.1f} {med['uss_mib']:8.1f} "
+                    f"{med['pss_mib']:8.1f} {med['uss_after_gc_mib']:8.1f} "
+                    f"{med['pss_after_gc_mib']:8.1f}",
+                    flush=True,
+                )
     return 0
 
 

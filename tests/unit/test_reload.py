@@ -65,8 +65,9 @@ def test_a_broken_import_puts_the_old_modules_back(app_dir: Path) -> None:
     assert old.queue is queue
 
 
-def test_the_check_prints_one_line_and_fails(app_dir: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_check_prints_one_line_and_fails(
+    app_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     write(app_dir, "v3", extra="raise RuntimeError('broken')")
     assert main(["--app", "unit_reload_app:queue"]) == 1
     out = capsys.readouterr().out.strip().splitlines()
