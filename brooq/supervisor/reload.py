@@ -45,6 +45,8 @@ from brooq.app import load_app
 from brooq.config import Settings
 from brooq.logs import event
 from brooq.queue import Queue
+from brooq.supervisor.children import RESTART_REASONS
+from brooq.supervisor.slots import SlotState
 
 if TYPE_CHECKING:
     from brooq.supervisor.arbiter import Supervisor
@@ -173,8 +175,19 @@ class Reloader:
             stderr=subprocess.STDOUT,
             cwd=os.getcwd(),
             close_fds=True,
+            # Metrics the app makes at import must not leave files in the supervisor's folder.
+            env={k: v for k, v in os.environ.items() if k.lower() != "prometheus_multiproc_dir"},
         )
         self.deadline = time.monotonic() + CHECK_TIMEOUT_S
+
+    def cancel(self) -> None:
+        """Stop a running check (the supervisor is stopping)."""
+        if self.check is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.check.kill()
+            self.check.wait()
+            self._finish_check()
+        self.again = self.rolling = False
 
     def run_once(self, now: float) -> Loaded | None:
         """Poll the check; once it passed, load in the parent. What to put into service, or None."""
@@ -233,7 +246,6 @@ class Reloader:
 
 def apply(sup: Supervisor, loaded: Loaded) -> None:
     """Put ``loaded`` into service in ``sup``: new app, settings, slots; a new generation."""
-    from brooq.supervisor.slots import SlotState
 
     old = sup.settings
     unapplied = sorted(
@@ -250,6 +262,11 @@ def apply(sup: Supervisor, loaded: Loaded) -> None:
         if (n := loaded.queue.registry.options(t).max_running)
     }
     sup.maintenance.scheduler.schedules = list(loaded.queue.schedules)
+    sup.metrics.initialise(
+        loaded.queue.registry.topics(),
+        [str(r) for r in RESTART_REASONS],
+        [s.name for s in loaded.queue.schedules],
+    )
     configured = [sorted(t) for t in loaded.slots]
     if sup.reloader is not None and configured != sup.reloader.configured:
         sup.reloader.configured = configured
@@ -282,6 +299,9 @@ def step(sup: Supervisor, now: float) -> None:
     """Each tick: finish a check, put what it loaded into service, READY=1 once rolled."""
     r = sup.reloader
     if r is None or not r.rolling:
+        return
+    if sup.stopping:
+        r.cancel()
         return
     if r.busy:
         loaded = r.run_once(now)

@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from tests.system.harness import all_terminal, count, insert_jobs, wait_until
+from tests.system.test_systemd_notify import NotifySocket, notify_socket  # noqa: F401
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
 
@@ -54,7 +55,10 @@ def versions(pg: psycopg.Connection[Any]) -> dict[str, int]:
 
 @pytest.mark.timeout(90)
 def test_sighup_loads_new_code_and_keeps_old_on_broken_import(
-    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path
+    pg: psycopg.Connection[Any],
+    supervise: Any,
+    tmp_path: Path,
+    notify_socket: NotifySocket,  # noqa: F811
 ) -> None:
     pg.execute("CREATE TABLE seen (job_id uuid NOT NULL UNIQUE, version text NOT NULL)")
     write_app(tmp_path, "v1")
@@ -66,9 +70,10 @@ def test_sighup_loads_new_code_and_keeps_old_on_broken_import(
         "--graceful-timeout",
         "10s",
         app="reloadapp:queue",
-        env={"PYTHONDONTWRITEBYTECODE": "1"},
+        env={"PYTHONDONTWRITEBYTECODE": "1", "NOTIFY_SOCKET": str(notify_socket.path)},
     )
     v1_workers = sup.wait_children(2)
+    notify_socket.wait_for("READY", 10)
     ids = insert_jobs(pg, "work", [{} for _ in range(20)])
     wait_until(lambda: versions(pg).get("v1", 0) >= 20, 20, "v1 handles the first jobs")
 
@@ -81,6 +86,10 @@ def test_sighup_loads_new_code_and_keeps_old_on_broken_import(
     ids += insert_jobs(pg, "work", [{} for _ in range(20)])
     sup.wait_event("SupervisorReloaded", 30)
     v2_workers = sup.wait_children(2, timeout=30, exclude=v1_workers)
+    # systemd sees RELOADING=1, then READY=1 once every worker runs the new code.
+    assert "MONOTONIC_USEC" in notify_socket.wait_for("RELOADING", 10).fields
+    ready = notify_socket.wait_for("READY", 30, sup)
+    assert sorted(ready.workers) == sorted(v2_workers)
     ids += insert_jobs(pg, "work", [{} for _ in range(30)])
     wait_until(lambda: versions(pg).get("v2", 0) >= 30, 30, "v2 handles jobs")
     reload_s = time.monotonic() - started
@@ -90,6 +99,8 @@ def test_sighup_loads_new_code_and_keeps_old_on_broken_import(
     sup.send(signal.SIGHUP)
     failed = sup.wait_event("ReloadFailed", 30)
     assert "v3 is broken" in failed["error"]
+    notify_socket.wait_for("RELOADING", 10)
+    assert "reload failed" in notify_socket.wait_for("READY", 10).fields["STATUS"]
     before = versions(pg).get("v2", 0)
     ids += insert_jobs(pg, "work", [{} for _ in range(20)])
     wait_until(lambda: versions(pg).get("v2", 0) >= before + 20, 20, "v2 keeps serving")
