@@ -255,6 +255,7 @@ def apply(sup: Supervisor, loaded: Loaded) -> None:
     sup.settings = loaded.settings.replace(
         **{k: getattr(old, k) for k in NEEDS_RESTART if hasattr(old, k)}
     )
+    sup.workers.queue, sup.workers.settings = sup.queue, sup.settings  # what new forks run
     sup.dispatcher.kinds = loaded.queue.registry
     sup.producer.limits = {
         t: n
