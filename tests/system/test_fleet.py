@@ -9,8 +9,9 @@ supervisors are killed with SIGKILL at random moments. At the end every job is
 server connections, polled all along (SHOW POOLS and pg_stat_activity), never
 exceeded the pool.
 
-Size: FLEET_SIZE=full (``make fleet``) drains 20,000 jobs; the default (CI)
-4,000. FLEET_REPORT=path writes the measurements as JSON (docs/reliability.md).
+Size: FLEET_SIZE=full (``make fleet``) or CHAOS_SIZE=full drains 20,000 jobs;
+the default (CI) 4,000 (~20 s). FLEET_REPORT=path writes the measurements as
+JSON (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ SUPERVISORS = 10
 WORKERS = 2
 POOL = 8
 KILLS = 3
-JOBS = 20_000 if os.environ.get("FLEET_SIZE") == "full" else 4_000
+FULL = "full" in (os.environ.get("FLEET_SIZE"), os.environ.get("CHAOS_SIZE"))
+JOBS = 20_000 if FULL else 4_000
 LEASE = "3s"
 
 
