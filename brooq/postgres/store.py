@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
@@ -10,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
@@ -235,9 +237,13 @@ class PostgresStore:
 
     def _retrying(self, statement: str, params: dict[str, Any]) -> list[Row]:
         with self.connector.connection() as conn:
+            # Inside a transaction (through PgBouncer the connector opens one per operation
+            # for its SET LOCAL), each try is a savepoint, so a deadlock victim can retry.
+            nested = conn.info.transaction_status != TransactionStatus.IDLE
             for attempt in range(DEADLOCK_RETRIES):
                 try:
-                    return conn.execute(statement, params).fetchall()
+                    with conn.transaction() if nested else contextlib.nullcontext():
+                        return conn.execute(statement, params).fetchall()
                 except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
                     if attempt == DEADLOCK_RETRIES - 1:
                         raise
