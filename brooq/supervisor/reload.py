@@ -8,9 +8,9 @@ SIGHUP it imports the app again:
    imports the new code in a process of its own (bounded by CHECK_TIMEOUT_S),
    so code that fails to import, or hangs at import, never touches the
    supervisor. The loop polls it; it never waits for it.
-2. **Load** — the parent forgets the modules the app brought in (its own
-   code and the pure-Python libraries it was first to import; never the
-   standard library, compiled extensions or brooq), imports the app again and
+2. **Load** — the parent forgets the modules of the app's code (its package,
+   and what it imported from outside the standard library and the installed
+   libraries; never compiled extensions or brooq), imports the app again and
    reads the settings again (.env, TOML, credentials; the environment and the
    command line are the process's own and do not change). If anything fails
    here, the old modules are put back.
@@ -77,21 +77,26 @@ NEEDS_RESTART = (
 )
 """Settings a reload does not apply (connections, listeners and services keep them)."""
 
+_PATHS = sysconfig.get_paths()
 _KEPT_PATHS = tuple(
     str(Path(p).resolve()) + os.sep
-    for p in {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+    for p in {_PATHS["stdlib"], _PATHS["platstdlib"], _PATHS["purelib"], _PATHS["platlib"]}
 )
+"""The standard library and the installed libraries: never imported again by a reload."""
 
 
-def _reloadable(name: str, module: ModuleType | None) -> bool:
-    """A pure-Python module outside the standard library and brooq."""
+def _reloadable(name: str, module: ModuleType | None, app_package: str) -> bool:
+    """A pure-Python module of the app's package, or outside the stdlib and the installed
+    libraries (the project's own code); never brooq."""
     if module is None or name == "brooq" or name.startswith("brooq."):
         return False
     path = getattr(module, "__file__", None)
     if not path or not path.endswith(".py"):
         return False  # namespace packages, compiled extensions, frozen modules
+    if name == app_package or name.startswith(app_package + "."):
+        return True  # the app itself, even installed as a wheel
     resolved = str(Path(path).resolve())
-    return not resolved.startswith(_KEPT_PATHS)
+    return not resolved.startswith(_KEPT_PATHS) and "-packages" + os.sep not in resolved
 
 
 class AppLoader:
@@ -99,13 +104,16 @@ class AppLoader:
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
+        self.package = spec.partition(":")[0].partition(".")[0]
         self.modules: set[str] = set()
 
     def load(self) -> Queue:
         """The first import (AppLoadError when it fails)."""
         before = set(sys.modules)
         queue = load_app(self.spec)
-        self.modules = {n for n in set(sys.modules) - before if _reloadable(n, sys.modules[n])}
+        self.modules = {
+            n for n in set(sys.modules) - before if _reloadable(n, sys.modules[n], self.package)
+        }
         return queue
 
     def load_again(self) -> Queue:
@@ -123,7 +131,7 @@ class AppLoader:
         self.modules = {
             n
             for n in (set(sys.modules) - before) | self.modules
-            if _reloadable(n, sys.modules.get(n))
+            if _reloadable(n, sys.modules.get(n), self.package)
         }
         return queue
 

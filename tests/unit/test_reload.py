@@ -16,6 +16,7 @@ from brooq.supervisor.systemd import Notifier
 APP = """
 import brooq
 import brooq.testing
+import sortedcontainers
 VERSION = {version!r}
 queue = brooq.Queue(brooq.testing.InMemoryStore())
 
@@ -47,6 +48,7 @@ def test_load_again_imports_the_new_code_and_its_helpers(app_dir: Path) -> None:
     loader.load()
     assert {"unit_reload_app", "unit_reload_helper"} <= loader.modules
     assert "brooq" not in loader.modules and "json" not in loader.modules
+    assert not {n for n in loader.modules if n.startswith("sortedcontainers")}, "a library"
     write(app_dir, "v22")
     loader.load_again()
     assert sys.modules["unit_reload_app"].VERSION == "v22"
