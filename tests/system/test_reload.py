@@ -118,3 +118,25 @@ def test_sighup_loads_new_code_and_keeps_old_on_broken_import(
     assert len(sup.events("ReloadFailed")) == 1
     assert not sup.events("WorkerKilled")
     assert reload_s < 30
+
+
+@pytest.mark.timeout(60)
+def test_sighup_applies_new_settings_from_the_env_file(
+    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path
+) -> None:
+    """QUEUE_WORKERS from .env: 2, then 3 on SIGHUP; a changed lease is named, not applied."""
+    pg.execute("CREATE TABLE seen (job_id uuid NOT NULL UNIQUE, version text NOT NULL)")
+    write_app(tmp_path, "v1")
+    env_file = tmp_path / ".env"
+    env_file.write_text("QUEUE_WORKERS=2\nQUEUE_LEASE=2m\nQUEUE_POLL_INTERVAL=200ms\n")
+    sup = supervise(app="reloadapp:queue", env={"PYTHONDONTWRITEBYTECODE": "1"})
+    two = sup.wait_children(2)
+    env_file.write_text("QUEUE_WORKERS=3\nQUEUE_LEASE=5m\nQUEUE_POLL_INTERVAL=200ms\n")
+    sup.send(signal.SIGHUP)
+    reloaded = sup.wait_event("SupervisorReloaded", 30)
+    assert reloaded["workers"] == 3
+    assert reloaded["needs_restart"] == "lease,reaper_period"  # the period follows the lease
+    three = sup.wait_children(3, timeout=30, exclude=two)
+    ids = insert_jobs(pg, "work", [{} for _ in range(30)])
+    wait_until(lambda: count(pg, "state = 'done'") == len(ids), 20, "the jobs done")
+    assert sorted(sup.children()) == sorted(three)
