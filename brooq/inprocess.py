@@ -25,11 +25,10 @@ from brooq.engine.retention import Retention
 from brooq.engine.runner import Attempted, RunListener, SlotRunner
 from brooq.engine.store import Claimed, Store, Ticket
 from brooq.engine.timer import Every
-from brooq.logs import LoggingListener, event
+from brooq.logs import LoggingListener, event, listen_off
 from brooq.postgres.listen import Listener
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor.notices import listen_off
 from brooq.vocabulary import KindOptions, StoreUnavailable, holder_id
 
 log = logging.getLogger("brooq.worker")

@@ -7,11 +7,12 @@ import logging
 import re
 import sys
 import time
+from datetime import timedelta
 from typing import Any
 
 from brooq.engine.runner import Attempted
 from brooq.engine.store import Claimed
-from brooq.vocabulary import KindOptions
+from brooq.vocabulary import KindOptions, format_duration
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -114,3 +115,12 @@ class LoggingListener:
             name, fields["note"] = "LeaseLost", "outcome not written: the lease was lost"
         level = logging.WARNING if name in ("JobDead", "LeaseLost") else logging.INFO
         event(job_log, name, level, **fields)
+
+
+def listen_off(poll_interval: timedelta) -> None:
+    """Say once, at start, that nothing LISTENs and what that costs."""
+    event(logging.getLogger("brooq.listen"), "ListenOff", logging.WARNING,
+          poll_interval=format_duration(poll_interval),
+          note="QUEUE_PGBOUNCER without QUEUE_LISTEN_URL: no LISTEN through a transaction "
+               "pooler; new jobs are looked for every poll interval, cancels of running "
+               "jobs are learned at the next heartbeat (lease/3)")

@@ -15,10 +15,9 @@ import select
 import threading
 from datetime import timedelta
 
-from brooq.logs import event
+from brooq.logs import event, listen_off
 from brooq.osproc import no_fork
 from brooq.postgres.listen import Heard, Listener
-from brooq.vocabulary import format_duration
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -101,10 +100,3 @@ class Notices:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-
-def listen_off(poll_interval: timedelta) -> None:
-    """Say once, at start, that nothing LISTENs and what that costs."""
-    event(log, "ListenOff", logging.WARNING, poll_interval=format_duration(poll_interval),
-          note="QUEUE_PGBOUNCER without QUEUE_LISTEN_URL: no LISTEN through a transaction "
-               "pooler; new jobs are looked for every poll interval, cancels of running "
-               "jobs are learned at the next heartbeat (lease/3)")
