@@ -13,6 +13,7 @@ that still runs here.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +23,10 @@ from brooq.engine.timer import Every
 from brooq.supervisor.database import Database
 
 log = logging.getLogger("brooq.supervisor")
+
+RETRY_S = 1.0
+"""After a failed heartbeat (its connection cut as stuck, an outage) the next one is sent this
+soon, not a whole lease/3 later: one lost statement must not bring the leases to their end."""
 
 
 @dataclass
@@ -91,7 +96,9 @@ class LeaseKeeper:
 
         def done(kept: set[str] | None, error: BaseException | None) -> None:
             if error is not None or kept is None:
-                return  # an outage: the leases stand until their end; see expiring()
+                # The leases stand until their end (see expiring()); try again soon.
+                self.every.retry_within(time.monotonic(), RETRY_S)
+                return
             self.holdings.extend(kept, lease_end)
             for ticket in tickets:
                 held = self.holdings.get(ticket.job_id)
