@@ -13,7 +13,6 @@ that still runs here.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -84,10 +83,16 @@ class LeaseKeeper:
         self.lease = lease
         self.every = Every(lease / 3)
         self.on_lost = on_lost
+        self.failed = False
 
     def run_once(self, now: float) -> bool:
         """Send a heartbeat when one is due and none is under way; True if sent."""
-        if self.db.busy("heartbeat") or not self.every.due(now):
+        if self.db.busy("heartbeat"):
+            return False
+        if self.failed:  # the leases stand until their end (see expiring()): try again soon
+            self.failed = False
+            self.every.retry_within(now, RETRY_S)
+        if not self.every.due(now):
             return False
         tickets = self.holdings.tickets()
         if not tickets:
@@ -96,8 +101,7 @@ class LeaseKeeper:
 
         def done(kept: set[str] | None, error: BaseException | None) -> None:
             if error is not None or kept is None:
-                # The leases stand until their end (see expiring()); try again soon.
-                self.every.retry_within(time.monotonic(), RETRY_S)
+                self.failed = True
                 return
             self.holdings.extend(kept, lease_end)
             for ticket in tickets:
