@@ -1,4 +1,5 @@
-"""Layout and import rules, checked on the real source (DESIGN.md, "Layout and import rules").
+"""Layout and import rules, checked on the real source (docs/architecture.md, "Layers and the
+import rules").
 
 vocabulary (stdlib only) ← engine (no SQL, no psycopg) ← postgres (the only
 place SQL and psycopg live) ← composition (cli, supervisor, surface, metrics,
