@@ -197,3 +197,31 @@ def test_frozen_backends_of_the_supervisor_stall_nothing(
         stopping = time.monotonic()
         assert sup.wait_exit(30) == 0
         assert time.monotonic() - stopping < 25
+
+
+@pytest.mark.timeout(90)
+def test_a_claim_cut_as_stuck_takes_no_job_when_its_backend_wakes(
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
+    """Idle workers: the producer's claim is what meets the frozen backend. The parent cuts
+    it, but the backend still holds the claim it was sent; woken, it used to run it: rows
+    claimed for nobody, left ``processing`` until their lease ran out, then counted as a
+    host death (``expirations``) that never happened. The parent now ends a backend it cut
+    (``pg_terminate_backend``, by pid and client port) from its next connection."""
+    assert os.geteuid() == 0, "SIGSTOP of PostgreSQL's backends needs root (as in CI)"
+    sup: Supervisor = supervise(*args(3.0), app=APP)
+    sup.wait_children(2)
+    time.sleep(1.0)  # the producer polls: a claim every 200 ms
+    backends = parent_backends(pg, sup.pid)
+    with frozen(backends):
+        wait_until(
+            lambda: [e for e in sup.events("DatabaseStuck") if e["task"].startswith("claim")],
+            10,
+            "a claim cut as stuck",
+        )
+        ids = insert_jobs(pg, "work", [{"loop": 0.3}] * 20)
+        time.sleep(1.0)  # the claims go on through new connections
+    wait_until(lambda: count(pg, "state <> 'done'") == 0, 60, "every job done")
+    assert count(pg, "id = ANY(%s) AND attempts = 1 AND expirations = 0", [ids]) == 20
+    assert sup.events("JobRequeued") == []
+    assert sup.stop() == 0
