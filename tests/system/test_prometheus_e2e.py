@@ -147,7 +147,8 @@ def test_prometheus_scrapes_the_supervisor_and_runs_rules_and_dashboard(
         for name, n in [("brooq_hung_workers_total", 3), ("brooq_lease_lost_total", 3),
                         ("brooq_requeued_total", 3), ("brooq_retention_deleted_total", 3),
                         ("brooq_worker_restarts_total", len(REASONS))]:
-            wait_until(lambda name=name, n=n: scalar_sum(base, f"count({name} == 0)") == n,
+            zeros = f"count({name} == 0)"
+            wait_until(lambda: scalar_sum(base, zeros) == n,  # noqa: B023 (waited for here)
                        20, f"Prometheus to see {n} series of {name} at 0")
         insert_jobs(pg, "work", [None] * total)
         wait_until(lambda: count(pg, "state = 'done'") == total, 60, "200 jobs done")
