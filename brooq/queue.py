@@ -172,7 +172,8 @@ class Queue:
         self.registry.register(topic, handler, KindOptions(**options))
 
     def enqueue(self, job: Job, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
-        """Enqueue one job; returns ``(id, created)``.
+        """Enqueue one job; returns ``(id, created)``, with the row's ``state`` as ``.state``
+        (when ``created`` is False: the existing row's, e.g. ``dead``).
 
         With ``conn`` the row is written in that connection's open transaction
         and commits or rolls back with it; otherwise it commits at once.

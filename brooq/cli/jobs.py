@@ -102,7 +102,7 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     print_json({"id": result.id, "created": result.created, "state": str(result.state)})
     if not result.created:
         print(f"brooq: a job with this key already exists ({result.state}); nothing enqueued"
-              + ("; re-run it with `brooq jobs retry " + result.id + "`"
+              + ("; to run it again, enqueue without --key, or delete that row first"
                  if str(result.state) in ("dead", "canceled") else ""), file=sys.stderr)
     return 0
 

@@ -148,6 +148,7 @@ class Connector:
         self._own: psycopg.Connection[Any] | None = None
         self._own_pid = os.getpid()
         self._inherited: list[psycopg.Connection[Any]] = []
+        self._cut: list[tuple[int, int]] = []  # (backend pid, client port) of cut connections
         # Re-entrant: a settle hook that calls back into the same store (say
         # queue.enqueue during queue.drain) must not deadlock on its own lock.
         self._lock = threading.RLock()
@@ -207,7 +208,17 @@ class Connector:
             assert self._conninfo is not None
             self._own = connect(self._conninfo, statement_timeout=self.source.statement_timeout,
                                 prepare=self.source.prepare)
+            self._terminate_cut(self._own)
         return self._own
+
+    def _terminate_cut(self, conn: psycopg.Connection[Any]) -> None:
+        """End the server side of the connections :meth:`abort` cut, best effort."""
+        cut, self._cut = self._cut, []
+        if not cut:
+            return
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(sql("terminate_cut_backends"),
+                         {"pids": [pid for pid, _ in cut], "ports": [port for _, port in cut]})
 
     def _drop_if_unusable(self) -> None:
         conn = self._own
@@ -232,8 +243,13 @@ class Connector:
         if conn is None or conn.closed:
             return
         with contextlib.suppress(OSError, psycopg.Error):
-            fd = conn.fileno()
-            socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
+            sock = socket.socket(fileno=os.dup(conn.fileno()))
+            with sock:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    # The backend may only be frozen: it would still run what it was sent
+                    # (a claim) once it wakes. The next connection ends it first.
+                    self._cut.append((conn.info.backend_pid, sock.getsockname()[1]))
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Close the connection this connector opened itself (never a given one or a pool)."""
