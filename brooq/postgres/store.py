@@ -27,6 +27,7 @@ from brooq.vocabulary import (
     Schedule,
     SettleHook,
     State,
+    decode_stored_payload,
     parse_job_id,
 )
 
@@ -35,8 +36,10 @@ DEADLOCK_RETRIES = 5
 
 
 def record(row: Mapping[str, Any]) -> JobRecord:
-    """A JobRecord from a row of the ``get`` statement."""
-    return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"])})
+    """A JobRecord from a row of the ``get`` statement (its payload still JSON text)."""
+    payload, error = decode_stored_payload(row["payload"])
+    return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"]),
+                        "payload": payload, "payload_error": error})
 
 
 def _claimed(rows: Iterable[Row], holder: str) -> list[Claimed]:
