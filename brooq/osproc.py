@@ -37,6 +37,24 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+FdIdentity = tuple[int, int] | None
+"""What a descriptor refers to (device, inode), or None when it is closed."""
+
+
+def fd_identities(fds: list[int]) -> dict[int, FdIdentity]:
+    """The identity of each of ``fds``: a handler that closed one, or closed it and opened
+    something else under its number, changes it."""
+    out: dict[int, FdIdentity] = {}
+    for fd in fds:
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            out[fd] = None
+        else:
+            out[fd] = (st.st_dev, st.st_ino)
+    return out
+
+
 def rss_bytes() -> int:
     """Resident set size of this process (Linux /proc; 0 where unavailable)."""
     try:

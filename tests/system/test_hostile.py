@@ -135,28 +135,41 @@ def test_payloads_python_cannot_decode_go_dead_at_once_without_restarts(
 def test_handlers_closing_file_descriptors_end_dead_and_wedge_nothing(
     pg: psycopg.Connection[Any], supervise: Callable[..., Supervisor],
 ) -> None:
-    sup = supervise("--workers", "1", "--poll-interval", "100ms", "--lease", "4s", app=APP)
-    sup.wait_children(1)
-    # A first effect opens the worker's own connection: the descriptors closed next
-    # include it, and the later effects must get a new one.
+    sup = supervise("--workers", "1", "--poll-interval", "100ms", "--lease", "4s", app=APP,
+                    env={"BROOQ_TOKEN": TOKEN})
+    (first,) = sup.wait_children(1)
+    # A first effect opens the worker's own connection (the lowest free descriptor,
+    # 3): close(0..10) then closes it, and stdout/stderr, under the worker.
     (warm,) = insert_jobs(pg, "fd.effect", [{}])
     wait_until(lambda: settled(pg, [warm]), 20, "the first effect")
     low = insert_jobs(pg, "fd.close-low", [{}])
+    wait_until(lambda: settled(pg, low), 20, "close(0..10)")
+    # The handler returned and its outcome reached the supervisor: done. The worker
+    # saw its descriptors gone and left for a fresh one (no wedged connection, no
+    # log line written into a socket that took stderr's number).
+    got = row(pg, low[0])
+    assert got["state"] == "done" and got["attempts"] == 1, got
+    sup.wait_event("WorkerExited", 10, pid=first, reason="broken")
+    (second,) = sup.wait_children(1, exclude=[first])
     after_low = insert_jobs(pg, "fd.effect", [{}, {}])
-    wait_until(lambda: settled(pg, low + after_low), 40, "close(0..10) and the effects after it")
+    wait_until(lambda: settled(pg, after_low), 20, "the effects after close(0..10)")
+
+    # closerange(3, 1024) closes the socket to the supervisor too: the outcome
+    # cannot be reported, the worker exits, each attempt is a recorded failure and
+    # the last one is dead (max_attempts=2). Never processing for good.
     wide = insert_jobs(pg, "fd.closerange", [{}])
     after_wide = insert_jobs(pg, "fd.effect", [{}, {}])
     wait_until(lambda: settled(pg, wide + after_wide), 40, "closerange(3, 1024) and the effects")
-
-    for job_id in low + wide:
-        got = row(pg, job_id)
-        # max_attempts=2: each attempt killed its worker, a recorded failure each time.
-        assert got["state"] == "dead" and got["attempts"] == 2, got
-        assert "worker" in got["last_error"], got
+    got = row(pg, wide[0])
+    assert got["state"] == "dead" and got["attempts"] == 2, got
+    assert "lost its connection to the supervisor" in got["last_error"], got
     for job_id in [warm, *after_low, *after_wide]:
         assert row(pg, job_id)["state"] == "done", row(pg, job_id)
     assert count(pg, "state = 'processing'") == 0
-    sup.wait_children(1)
+    exits = sup.events("WorkerExited")
+    assert [e["reason"] for e in exits].count("crash") == 2, exits
+    assert sup.events("WorkerCrashLoop") == [] and sup.events("WorkerBootFailed") == []
+    sup.wait_children(1, exclude=[first, second])
     wait_until(lambda: healthy(sup), 10, "/healthz to be 200 again")
     assert not sup.exited()
 
