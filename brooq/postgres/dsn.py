@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from urllib.parse import unquote
 
 REDACTED = "***"
 MALFORMED = (
@@ -33,6 +34,27 @@ def is_url(dsn: str) -> bool:
 def looks_like_dsn(dsn: str) -> bool:
     """True for a postgres URL or a libpq string naming a dbname or host."""
     return is_url(dsn) or re.search(r"(?:^|\s)(?:dbname|host|service)\s*=", dsn) is not None
+
+
+def dsn_passwords(dsn: str | None) -> list[str]:
+    """The password of ``dsn`` as written and as decoded (both may show up in an error
+    text); none when it has none or cannot be read. Plain text: never raises."""
+    if not dsn:
+        return []
+    found: list[str] = []
+    if is_url(dsn):
+        userinfo = dsn.partition("://")[2].partition("?")[0].rpartition("@")[0]
+        if ":" in userinfo:
+            raw = userinfo.split(":", 1)[1]
+            found += [raw, unquote(raw)]
+        query = re.search(r"[?&]password=([^&#\s]*)", dsn, re.I)
+        if query:
+            found += [query.group(1), unquote(query.group(1))]
+    else:
+        for match in _KV_PASSWORD.finditer(dsn):
+            raw = match.group(2)
+            found += [raw, re.sub(r"\\(.)", r"\1", raw.strip("'"))]
+    return [p for p in dict.fromkeys(found) if p]
 
 
 def redact_dsn(dsn: str) -> str:

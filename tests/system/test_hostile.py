@@ -178,26 +178,34 @@ def test_handlers_closing_file_descriptors_end_dead_and_wedge_nothing(
 
 
 @pytest.fixture
-def secret_dsn(dsn: str, admin_url: str) -> Iterator[str]:
-    """``dsn`` as a role whose password is unmistakable (the test role's is its name)."""
+def secret_dsn(dsn: str, admin_url: str, pg: psycopg.Connection[Any]) -> Iterator[str]:
+    """``dsn`` as a role whose password is unmistakable (the test role's is its name).
+
+    The superuser only creates and drops the role, from the ``postgres`` database:
+    a superuser session in the test database would stop its owner from dropping it.
+    The owner of the tables grants and revokes.
+    """
     params = psycopg.conninfo.conninfo_to_dict(dsn)
     role = f"hostile_{os.getpid()}_{time.monotonic_ns() % 1_000_000}"
-    admin_params = psycopg.conninfo.conninfo_to_dict(admin_url)
-    admin_params["dbname"] = params["dbname"]
-    with psycopg.connect(**admin_params, autocommit=True) as admin:  # type: ignore[arg-type]
+    grants = [("GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
+               "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}"),
+              ("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
+               "REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}"),
+              ("GRANT USAGE ON SCHEMA public TO {}", "REVOKE USAGE ON SCHEMA public FROM {}")]
+    with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
             pgsql.Identifier(role), pgsql.Literal(SECRET)))
-        for grant in ("GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
-                      "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
-                      "GRANT USAGE ON SCHEMA public TO {}"):
-            admin.execute(pgsql.SQL(grant).format(pgsql.Identifier(role)))
-        try:
-            yield (f"postgresql://{role}:{SECRET}@{params['host']}:{params['port']}/"
-                   f"{params['dbname']}")
-        finally:
+    for grant, _ in grants:
+        pg.execute(pgsql.SQL(grant).format(pgsql.Identifier(role)))
+    try:
+        yield (f"postgresql://{role}:{SECRET}@{params['host']}:{params['port']}/"
+               f"{params['dbname']}")
+    finally:
+        for _, revoke in grants:
+            pg.execute(pgsql.SQL(revoke).format(pgsql.Identifier(role)))
+        with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                           "WHERE usename = %s", (role,))
-            admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
             admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
 
 

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -35,10 +36,8 @@ def noop(claim: brooq.Claim) -> None:
 def close_low(claim: brooq.Claim) -> None:
     """Close every descriptor from 0 to 10, whatever it is."""
     for fd in range(0, 11):
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def close_range(claim: brooq.Claim) -> None:
