@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from setproctitle import setproctitle
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -24,6 +25,82 @@ def die_with_parent(parent_pid: int) -> None:
         pass  # not Linux: the child also notices a closed pipe to the parent
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False  # not Linux
+
+
+# Grandchildren: a handler may fork (or run a tool that does). Each worker leads a
+# process group of its own, so what it leaves behind dies with it; and the
+# supervisor is a subreaper, so what escaped that group (setsid, a double fork) is
+# reparented to it rather than to init, and killed when it stops.
+def become_subreaper() -> bool:
+    """Have orphaned descendants reparented to this process (Linux); True if it took."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def lead_process_group() -> None:
+    """Make this process the leader of a new process group (its forks join it)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+
+
+def reap_any() -> tuple[int, int] | None:
+    """``waitpid(-1, WNOHANG)``, having first SIGKILLed what is left of the ended child's
+    process group (a worker's forks). None when no child has ended.
+
+    The child is looked at before it is reaped: until then its pid, and so its
+    group's id, cannot be reused by another process.
+    """
+    try:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None or info.si_pid == 0:
+        return None
+    with contextlib.suppress(OSError):
+        if os.getpgid(info.si_pid) == info.si_pid:
+            os.killpg(info.si_pid, signal.SIGKILL)
+    pid, status = os.waitpid(info.si_pid, 0)
+    return pid, status
+
+
+def children_of(ppid: int) -> list[int]:
+    """The pids whose parent is ``ppid`` (Linux /proc; empty where unavailable)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == ppid:
+            found.append(int(entry))
+    return found
+
+
+def kill_children() -> list[int]:
+    """SIGKILL every child of this process (and the groups they lead); the pids killed."""
+    killed = []
+    for pid in children_of(os.getpid()):
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
 
 
 def pid_alive(pid: int) -> bool:

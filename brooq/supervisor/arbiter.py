@@ -129,6 +129,7 @@ class Supervisor:
         self.metrics.initialise(topics, [str(r) for r in RESTART_REASONS],
                                 [s.name for s in self.queue.schedules])
         self.surface = Surface.open(self)
+        osproc.become_subreaper()
         signal.set_wakeup_fd(self.wake_w)
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, self._queue_signal)
@@ -186,6 +187,7 @@ class Supervisor:
     def teardown(self) -> None:
         """Let the database thread finish its queue, then close what the parent opened."""
         signal.set_wakeup_fd(-1)
+        osproc.kill_children()  # what handlers left behind, reparented to us: nothing outlives
         self.db.stop(timeout=5.0)
         self.notices.stop()
         self.store.close()
@@ -354,13 +356,8 @@ class Supervisor:
 
     def reap_children(self) -> None:
         """waitpid every worker that ended; settle what it leaves behind."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        while (ended := osproc.reap_any()) is not None:
+            pid, status = ended
             child = self.children.pop(pid, None)
             if child is not None:
                 self.worker_exited(child, status)

@@ -256,6 +256,7 @@ def worker_main(
     code: int = ExitCode.CRASH
     try:
         osproc.die_with_parent(parent_pid)
+        osproc.lead_process_group()  # what a handler forks dies with this worker
         set_identity(config.metrics_id)
         worker = Worker(queue, config, sock, metrics)
         worker.install_signals()

@@ -8,8 +8,9 @@
 - ``err.*``: exceptions whose text is hostile (a lone surrogate, a ``__str__``
   that raises KeyboardInterrupt, 10 MB, terminal escapes and line separators,
   the DSN and its password);
-- ``fork.grandchild``: forks a process that ignores SIGTERM and sleeps; its pid
-  goes to the file named by the payload's ``pidfile``.
+- ``fork.grandchild``: forks a process that ignores SIGTERM and sleeps (in a
+  session of its own when the payload says ``setsid``); its pid goes to the
+  file named by the payload's ``pidfile``.
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def fork_grandchild(claim: brooq.Claim) -> None:
     pid = os.fork()
     if pid == 0:
         try:
+            if claim.payload.get("setsid"):
+                os.setsid()  # out of the worker's process group: only the subreaper sees it
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
             time.sleep(600)
         finally:
