@@ -13,6 +13,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +27,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from tests.system.harness import (
+    PYTHONPATH,
     Supervisor,
     alive,
     count,
@@ -343,3 +346,76 @@ def test_a_grandchild_dies_with_the_worker_that_forked_it(
     finally:
         if alive(grandchild):
             os.kill(grandchild, signal.SIGKILL)
+
+
+# --- item 6: hostile text at the command line -----------------------------------------------
+
+
+def cli_env(dsn: str) -> dict[str, str]:
+    """The environment of a CLI run against ``dsn`` (none of the developer's settings)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("QUEUE_", "BROOQ_", "LOG_")) and k != "DATABASE_URL"}
+    return {**env, "DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH}
+
+
+@pytest.mark.timeout(120)
+def test_hostile_cli_input_is_refused_with_exit_2_and_no_traceback(
+    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+) -> None:
+    # argv carries raw bytes; Python reads 0xff back as the lone surrogate \udcff.
+    cases = [
+        (["enqueue", "--topic", "ok", "--payload", "[" * 5000 + "]" * 5000], "nested too deeply"),
+        (["enqueue", "--topic", "ok", "--payload", "1" + "0" * 5000], "--payload cannot be read"),
+        (["enqueue", "--topic", "ok", "--payload", '"\udcff"'], "lone surrogate"),
+        (["enqueue", "--topic", "ok", "--payload", "1", "--key", "k\udcff"], "lone surrogate"),
+        (["enqueue", "--topic", "o\udcffk", "--payload", "1"], "is invalid"),
+    ]
+    for argv, message in cases:
+        done = run_cli(dsn, tmp_path, *argv)
+        assert done.returncode == 2, (argv[:4], done.returncode, done.stderr[-500:])
+        assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
+    assert count(pg) == 0, "a refused job was written"
+
+    # A cancel reason with a lone surrogate is kept, escaped; the row shows it on one line.
+    (job_id,) = insert_jobs(pg, "ok", [1])
+    done = run_cli(dsn, tmp_path, "cancel", job_id, "--reason", "bad \udcff\x1b[2J\nstate done")
+    assert done.returncode == 0, done.stderr
+    shown = run_cli(dsn, tmp_path, "job", job_id)
+    assert "\x1b" not in shown.stdout
+    assert [ln for ln in shown.stdout.splitlines() if ln.startswith("state")] == \
+        ["state            canceled"], shown.stdout
+    assert "bad \\udcff" in row(pg, job_id)["last_error"]
+
+
+@pytest.mark.timeout(120)
+def test_status_piped_into_head_ends_quietly(
+    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+) -> None:
+    # Enough topics that status writes well past a pipe's buffer after head has left.
+    pg.execute("INSERT INTO job (topic, payload) SELECT 'topic.n' || g, 'null' "
+               "FROM generate_series(1, 3000) g")
+    proc = subprocess.Popen([sys.executable, "-m", "brooq.cli", "status"], cwd=tmp_path,
+                            env=cli_env(dsn), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # what `| head -1` does
+    try:
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    err = proc.stderr.read().decode(errors="replace")
+    assert code == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+@pytest.mark.timeout(60)
+def test_config_show_hides_a_whole_escaped_password(dsn: str, tmp_path: Path) -> None:
+    for url in ("host=127.0.0.1 password=ab\\ cd dbname=x",
+                "host=127.0.0.1 password='ab\\' cd' dbname=x",
+                "postgresql://u:Wr%ZZsecret@127.0.0.1/x"):
+        done = run_cli(url, tmp_path, "config", "show")
+        assert done.returncode == 0, done.stderr
+        line = next(ln for ln in done.stdout.splitlines() if "DATABASE_URL" in ln)
+        assert "cd" not in line and "ab" not in line and "ZZsecret" not in line, line
+        assert "***" in line, line
