@@ -419,3 +419,23 @@ def test_config_show_hides_a_whole_escaped_password(dsn: str, tmp_path: Path) ->
         line = next(ln for ln in done.stdout.splitlines() if "DATABASE_URL" in ln)
         assert "cd" not in line and "ab" not in line and "ZZsecret" not in line, line
         assert "***" in line, line
+
+
+# --- item 2: workers that boot, then crash-loop -----------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_workers_that_boot_then_crash_back_off(supervise: Callable[..., Supervisor]) -> None:
+    sup = supervise("--workers", "1", app="hostile_crashloop:queue")
+    wait_until(lambda: len(sup.events("WorkerCrashLoop")) >= 2, 15, "the first crash loops")
+    time.sleep(5)
+    loops = sup.events("WorkerCrashLoop")
+    # Delays of 0.5, 1, 2, 4 s: a handful of forks in ~7 s, not the hundreds of a storm.
+    assert 2 <= len(loops) <= 8, len(loops)
+    delays = [float(e["retry_in_s"]) for e in loops]
+    assert delays == sorted(delays) and delays[-1] > delays[0], delays
+    assert all(e["exit"] == "exited with code 7" for e in loops)
+    assert len(sup.events("WorkerStarted")) <= len(loops) + 1
+    assert not sup.exited()
+    # Between two short lives the slot is down: /healthz says so (a live one may answer 200).
+    wait_until(lambda: get(f"{http(sup)}/healthz")[0] == 503, 6, "/healthz to be 503")
