@@ -68,8 +68,9 @@ def healthy(sup: Supervisor) -> bool:
 
 def row(pg: psycopg.Connection[Any], job_id: str) -> dict[str, Any]:
     """state, attempts, last_error and last_traceback of one job."""
-    cur = pg.execute("SELECT state, attempts, last_error, last_traceback FROM job WHERE id = %s",
-                     (job_id,))
+    cur = pg.execute(
+        "SELECT state, attempts, last_error, last_traceback FROM job WHERE id = %s", (job_id,)
+    )
     found = cur.fetchone()
     assert found is not None
     return dict(zip(["state", "attempts", "last_error", "last_traceback"], found, strict=True))
@@ -77,8 +78,10 @@ def row(pg: psycopg.Connection[Any], job_id: str) -> dict[str, Any]:
 
 def settled(pg: psycopg.Connection[Any], ids: list[str]) -> bool:
     """True when none of ``ids`` is pending, processing or failed."""
-    return count(pg, "id = ANY(%s::uuid[]) AND state IN ('pending', 'processing', 'failed')",
-                 [ids]) == 0
+    return (
+        count(pg, "id = ANY(%s::uuid[]) AND state IN ('pending', 'processing', 'failed')", [ids])
+        == 0
+    )
 
 
 # --- item 2: payloads Python cannot decode ----------------------------------------------------
@@ -86,20 +89,38 @@ def settled(pg: psycopg.Connection[Any], ids: list[str]) -> bool:
 
 @pytest.mark.timeout(120)
 def test_payloads_python_cannot_decode_go_dead_at_once_without_restarts(
-    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    tmp_path: Path,
     supervise: Callable[..., Supervisor],
 ) -> None:
     # The SQL path of docs/operations.md, exactly as the issue quotes it, and a
     # 5,001-digit integer: jsonb takes both; Python's json refuses both.
-    (nested,) = [str(r[0]) for r in pg.execute(
-        "INSERT INTO job (topic, payload) VALUES "
-        "('noop', (repeat('[',5000) || repeat(']',5000))::jsonb) RETURNING id")]
-    (digits,) = [str(r[0]) for r in pg.execute(
-        "INSERT INTO job (topic, payload) VALUES "
-        "('noop', ('1' || repeat('0', 5000))::jsonb) RETURNING id")]
+    (nested,) = [
+        str(r[0])
+        for r in pg.execute(
+            "INSERT INTO job (topic, payload) VALUES "
+            "('noop', (repeat('[',5000) || repeat(']',5000))::jsonb) RETURNING id"
+        )
+    ]
+    (digits,) = [
+        str(r[0])
+        for r in pg.execute(
+            "INSERT INTO job (topic, payload) VALUES "
+            "('noop', ('1' || repeat('0', 5000))::jsonb) RETURNING id"
+        )
+    ]
     (fine,) = insert_jobs(pg, "noop", [{"ok": True}])
-    sup = supervise("--workers", "2", "--poll-interval", "200ms", "--lease", "5s", app=APP,
-                    env={"BROOQ_TOKEN": TOKEN})
+    sup = supervise(
+        "--workers",
+        "2",
+        "--poll-interval",
+        "200ms",
+        "--lease",
+        "5s",
+        app=APP,
+        env={"BROOQ_TOKEN": TOKEN},
+    )
     sup.wait_children(2)
     wait_until(lambda: settled(pg, [nested, digits, fine]), 30, "the three jobs to settle")
     for job_id in (nested, digits):
@@ -127,8 +148,9 @@ def test_payloads_python_cannot_decode_go_dead_at_once_without_restarts(
         assert "cannot be decoded" in body["payload_error"]
     status_cli = run_cli(dsn, tmp_path, "status")
     assert status_cli.returncode == 0 and "dead in the last hour: 2" in status_cli.stdout
-    assert json.loads(run_cli(dsn, tmp_path, "job", fine, "--json").stdout)["payload"] == \
-        {"ok": True}
+    assert json.loads(run_cli(dsn, tmp_path, "job", fine, "--json").stdout)["payload"] == {
+        "ok": True
+    }
 
 
 # --- item 3: handlers that close the worker's file descriptors --------------------------------
@@ -136,10 +158,19 @@ def test_payloads_python_cannot_decode_go_dead_at_once_without_restarts(
 
 @pytest.mark.timeout(120)
 def test_handlers_closing_file_descriptors_end_dead_and_wedge_nothing(
-    pg: psycopg.Connection[Any], supervise: Callable[..., Supervisor],
+    pg: psycopg.Connection[Any],
+    supervise: Callable[..., Supervisor],
 ) -> None:
-    sup = supervise("--workers", "1", "--poll-interval", "100ms", "--lease", "4s", app=APP,
-                    env={"BROOQ_TOKEN": TOKEN})
+    sup = supervise(
+        "--workers",
+        "1",
+        "--poll-interval",
+        "100ms",
+        "--lease",
+        "4s",
+        app=APP,
+        env={"BROOQ_TOKEN": TOKEN},
+    )
     (first,) = sup.wait_children(1)
     # A first effect opens the worker's own connection (the lowest free descriptor,
     # 3): close(0..10) then closes it, and stdout/stderr, under the worker.
@@ -190,38 +221,61 @@ def secret_dsn(dsn: str, admin_url: str, pg: psycopg.Connection[Any]) -> Iterato
     """
     params = psycopg.conninfo.conninfo_to_dict(dsn)
     role = f"hostile_{os.getpid()}_{time.monotonic_ns() % 1_000_000}"
-    grants = [("GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
-               "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}"),
-              ("GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
-               "REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}"),
-              ("GRANT USAGE ON SCHEMA public TO {}", "REVOKE USAGE ON SCHEMA public FROM {}")]
+    grants = [
+        (
+            "GRANT ALL ON ALL TABLES IN SCHEMA public TO {}",
+            "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {}",
+        ),
+        (
+            "GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {}",
+            "REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM {}",
+        ),
+        ("GRANT USAGE ON SCHEMA public TO {}", "REVOKE USAGE ON SCHEMA public FROM {}"),
+    ]
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-            pgsql.Identifier(role), pgsql.Literal(SECRET)))
+        admin.execute(
+            pgsql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                pgsql.Identifier(role), pgsql.Literal(SECRET)
+            )
+        )
     for grant, _ in grants:
         pg.execute(pgsql.SQL(grant).format(pgsql.Identifier(role)))
     try:
-        yield (f"postgresql://{role}:{SECRET}@{params['host']}:{params['port']}/"
-               f"{params['dbname']}")
+        yield (f"postgresql://{role}:{SECRET}@{params['host']}:{params['port']}/{params['dbname']}")
     finally:
         for _, revoke in grants:
             pg.execute(pgsql.SQL(revoke).format(pgsql.Identifier(role)))
         with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE usename = %s", (role,))
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
+            )
             admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
 
 
 @pytest.mark.timeout(120)
 def test_hostile_error_texts_are_recorded_bounded_escaped_and_scrubbed(
-    pg: psycopg.Connection[Any], secret_dsn: str, tmp_path: Path,
+    pg: psycopg.Connection[Any],
+    secret_dsn: str,
+    tmp_path: Path,
     supervise: Callable[..., Supervisor],
 ) -> None:
-    topics = ["err.surrogate", "err.str-interrupt", "err.huge", "err.escapes", "err.dsn",
-              "err.password"]
+    topics = [
+        "err.surrogate",
+        "err.str-interrupt",
+        "err.huge",
+        "err.escapes",
+        "err.dsn",
+        "err.password",
+    ]
     ids = {topic: insert_jobs(pg, topic, [{}])[0] for topic in topics}
-    sup = supervise("--workers", "2", "--poll-interval", "100ms", app=APP,
-                    env={"DATABASE_URL": secret_dsn, "BROOQ_TOKEN": TOKEN})
+    sup = supervise(
+        "--workers",
+        "2",
+        "--poll-interval",
+        "100ms",
+        app=APP,
+        env={"DATABASE_URL": secret_dsn, "BROOQ_TOKEN": TOKEN},
+    )
     sup.wait_children(2)
     wait_until(lambda: settled(pg, list(ids.values())), 60, "every err.* job to settle")
     rows = {topic: row(pg, job_id) for topic, job_id in ids.items()}
@@ -258,8 +312,9 @@ def test_hostile_error_texts_are_recorded_bounded_escaped_and_scrubbed(
     shown = run_cli(secret_dsn, tmp_path, "job", ids["err.escapes"])
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\r" not in shown.stdout
-    assert [ln for ln in shown.stdout.splitlines() if ln.startswith("state")] == \
-        ["state            dead"], shown.stdout
+    assert [ln for ln in shown.stdout.splitlines() if ln.startswith("state")] == [
+        "state            dead"
+    ], shown.stdout
     status_cli = run_cli(secret_dsn, tmp_path, "status")
     assert status_cli.returncode == 0 and "\x1b" not in status_cli.stdout
     assert healthy(sup)
@@ -267,20 +322,28 @@ def test_hostile_error_texts_are_recorded_bounded_escaped_and_scrubbed(
 
 @pytest.mark.timeout(60)
 def test_a_malformed_database_url_is_never_shown(
-    dsn: str, tmp_path: Path, supervise: Callable[..., Supervisor],
+    dsn: str,
+    tmp_path: Path,
+    supervise: Callable[..., Supervisor],
 ) -> None:
     params = psycopg.conninfo.conninfo_to_dict(dsn)
     bad = f"postgresql://brooq:Wr%ZZsecret@{params['host']}:{params['port']}/{params['dbname']}"
-    for argv in (["status"], ["migrate", "status"], ["job", "01900000-0000-7000-8000-0000000000"
-                                                             "00"]):
+    for argv in (
+        ["status"],
+        ["migrate", "status"],
+        ["job", "01900000-0000-7000-8000-000000000000"],
+    ):
         done = run_cli(bad, tmp_path, *argv)
         assert done.returncode in (1, 2), (argv, done.returncode, done.stderr)
         assert "malformed (value hidden)" in done.stderr, (argv, done.stderr)
         assert "ZZsecret" not in done.stdout + done.stderr, argv
         assert "Traceback" not in done.stderr
     sup = supervise("--workers", "1", app=APP, env={"DATABASE_URL": bad})
-    wait_until(lambda: sup.exited() or sup.events("SupervisorStarted"), 20,
-               "the supervisor to start or refuse")
+    wait_until(
+        lambda: sup.exited() or sup.events("SupervisorStarted"),
+        20,
+        "the supervisor to start or refuse",
+    )
     if not sup.exited():
         status, body = get(f"{http(sup)}/healthz")
         assert status == 503 and "ZZsecret" not in json.dumps(body), body
@@ -302,17 +365,23 @@ def brooq_processes_in(pids: set[int]) -> list[int]:
 
 @pytest.mark.timeout(90)
 def test_forked_grandchildren_do_not_outlive_the_supervisor(
-    pg: psycopg.Connection[Any], tmp_path: Path, supervise: Callable[..., Supervisor],
+    pg: psycopg.Connection[Any],
+    tmp_path: Path,
+    supervise: Callable[..., Supervisor],
 ) -> None:
     # One grandchild stays in its worker's process group, one leaves it (setsid):
     # both ignore SIGTERM and keep the title "brooq worker …".
     pidfiles = [tmp_path / f"grandchild{n}.pid" for n in range(2)]
     sup = supervise("--workers", "2", "--poll-interval", "100ms", app=APP)
     sup.wait_children(2)
-    insert_jobs(pg, "fork.grandchild", [{"pidfile": str(pidfiles[0])},
-                                        {"pidfile": str(pidfiles[1]), "setsid": True}])
-    wait_until(lambda: all(p.exists() and p.read_text() for p in pidfiles), 20,
-               "both handlers to fork")
+    insert_jobs(
+        pg,
+        "fork.grandchild",
+        [{"pidfile": str(pidfiles[0])}, {"pidfile": str(pidfiles[1]), "setsid": True}],
+    )
+    wait_until(
+        lambda: all(p.exists() and p.read_text() for p in pidfiles), 20, "both handlers to fork"
+    )
     grandchildren = {int(p.read_text()) for p in pidfiles}
     assert all(title(pid).startswith("brooq worker") for pid in grandchildren)
     try:
@@ -320,8 +389,7 @@ def test_forked_grandchildren_do_not_outlive_the_supervisor(
         # the process group, which would hide what the supervisor leaves behind.
         sup.send(signal.SIGTERM)
         assert sup.wait_exit(20) == 0
-        wait_until(lambda: not brooq_processes_in(grandchildren), 5,
-                   "the grandchildren to be gone")
+        wait_until(lambda: not brooq_processes_in(grandchildren), 5, "the grandchildren to be gone")
     finally:
         for pid in brooq_processes_in(grandchildren):
             with contextlib.suppress(ProcessLookupError):
@@ -330,7 +398,9 @@ def test_forked_grandchildren_do_not_outlive_the_supervisor(
 
 @pytest.mark.timeout(90)
 def test_a_grandchild_dies_with_the_worker_that_forked_it(
-    pg: psycopg.Connection[Any], tmp_path: Path, supervise: Callable[..., Supervisor],
+    pg: psycopg.Connection[Any],
+    tmp_path: Path,
+    supervise: Callable[..., Supervisor],
 ) -> None:
     pidfile = tmp_path / "grandchild.pid"
     sup = supervise("--workers", "1", "--poll-interval", "100ms", app=APP)
@@ -353,14 +423,19 @@ def test_a_grandchild_dies_with_the_worker_that_forked_it(
 
 def cli_env(dsn: str) -> dict[str, str]:
     """The environment of a CLI run against ``dsn`` (none of the developer's settings)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("QUEUE_", "BROOQ_", "LOG_")) and k != "DATABASE_URL"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("QUEUE_", "BROOQ_", "LOG_")) and k != "DATABASE_URL"
+    }
     return {**env, "DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH}
 
 
 @pytest.mark.timeout(120)
 def test_hostile_cli_input_is_refused_with_exit_2_and_no_traceback(
-    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    tmp_path: Path,
 ) -> None:
     # argv carries raw bytes; Python reads 0xff back as the lone surrogate \udcff.
     cases = [
@@ -382,20 +457,30 @@ def test_hostile_cli_input_is_refused_with_exit_2_and_no_traceback(
     assert done.returncode == 0, done.stderr
     shown = run_cli(dsn, tmp_path, "job", job_id)
     assert "\x1b" not in shown.stdout
-    assert [ln for ln in shown.stdout.splitlines() if ln.startswith("state")] == \
-        ["state            canceled"], shown.stdout
+    assert [ln for ln in shown.stdout.splitlines() if ln.startswith("state")] == [
+        "state            canceled"
+    ], shown.stdout
     assert "bad \\udcff" in row(pg, job_id)["last_error"]
 
 
 @pytest.mark.timeout(120)
 def test_status_piped_into_head_ends_quietly(
-    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path,
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    tmp_path: Path,
 ) -> None:
     # Enough topics that status writes well past a pipe's buffer after head has left.
-    pg.execute("INSERT INTO job (topic, payload) SELECT 'topic.n' || g, 'null' "
-               "FROM generate_series(1, 3000) g")
-    proc = subprocess.Popen([sys.executable, "-m", "brooq.cli", "status"], cwd=tmp_path,
-                            env=cli_env(dsn), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pg.execute(
+        "INSERT INTO job (topic, payload) SELECT 'topic.n' || g, 'null' "
+        "FROM generate_series(1, 3000) g"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "brooq.cli", "status"],
+        cwd=tmp_path,
+        env=cli_env(dsn),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     proc.stdout.readline()
     proc.stdout.close()  # what `| head -1` does
@@ -411,9 +496,11 @@ def test_status_piped_into_head_ends_quietly(
 
 @pytest.mark.timeout(60)
 def test_config_show_hides_a_whole_escaped_password(dsn: str, tmp_path: Path) -> None:
-    for url in ("host=127.0.0.1 password=ab\\ cd dbname=x",
-                "host=127.0.0.1 password='ab\\' cd' dbname=x",
-                "postgresql://u:Wr%ZZsecret@127.0.0.1/x"):
+    for url in (
+        "host=127.0.0.1 password=ab\\ cd dbname=x",
+        "host=127.0.0.1 password='ab\\' cd' dbname=x",
+        "postgresql://u:Wr%ZZsecret@127.0.0.1/x",
+    ):
         done = run_cli(url, tmp_path, "config", "show")
         assert done.returncode == 0, done.stderr
         line = next(ln for ln in done.stdout.splitlines() if "DATABASE_URL" in ln)

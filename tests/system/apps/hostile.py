@@ -61,6 +61,7 @@ class StrRaises(Exception):
 def _raise(error: BaseException) -> Any:
     def handler(claim: brooq.Claim) -> None:
         raise error
+
     return handler
 
 
@@ -100,8 +101,11 @@ queue.register("fd.effect", effect, max_attempts=3, **RETRY)
 queue.register("err.surrogate", _raise(ValueError("bad \udcff")), max_attempts=1)
 queue.register("err.str-interrupt", _raise(StrRaises()), max_attempts=1)
 queue.register("err.huge", _raise(RuntimeError("x" * 10_000_000)), max_attempts=1)
-queue.register("err.escapes", _raise(RuntimeError(
-    "\x1b[2J\x1b[31mred\nstate            done\rback\u2028sep\x85nel")), max_attempts=1)
+queue.register(
+    "err.escapes",
+    _raise(RuntimeError("\x1b[2J\x1b[31mred\nstate            done\rback\u2028sep\x85nel")),
+    max_attempts=1,
+)
 queue.register("err.dsn", dsn_in_error, max_attempts=1)
 queue.register("err.password", password_in_error, max_attempts=1)
 queue.register("fork.grandchild", fork_grandchild, max_attempts=1)
