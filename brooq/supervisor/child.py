@@ -99,8 +99,9 @@ class Worker:
             raise _Stopping
 
     def install_signals(self) -> None:
-        """TERM: finish the job, then leave. INT is ignored: a terminal's ^C reaches the
-        whole process group, and the parent decides what it means."""
+        """TERM: finish the job, then leave. INT is ignored: the parent decides what a ^C
+        means (a worker leads a process group of its own, but a handler may signal its
+        group or the terminal's)."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, self._on_term)
         for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
