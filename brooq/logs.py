@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any
@@ -72,9 +73,13 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
     return {k: clean(v) for k, v in vars(record).items() if k not in _RESERVED}
 
 
+_NEEDS_QUOTES = re.compile(r'[ "=]')
+"""Besides these, any character that is not printable (newlines, separators, escapes)."""
+
+
 def _kv_value(value: Any) -> str:
     text = clean_text(str(value))
-    if text == "" or not text.isprintable() or any(c in text for c in ' "='):
+    if text == "" or _NEEDS_QUOTES.search(text) or not text.isprintable():
         return _one_line(json.dumps(text, ensure_ascii=False))
     return text
 
@@ -110,6 +115,10 @@ class JsonFormatter(logging.Formatter):
 
 def setup_logging(fmt: str = "kv", level: str = "info") -> None:
     """Send brooq's logs to stderr in ``fmt`` (kv or json) at ``level``."""
+    # Two lines per job: spare each record what no brooq formatter prints (the
+    # logging HOWTO's "Optimization"): the caller's frame, thread and process names.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
     root = logging.getLogger()
