@@ -19,8 +19,8 @@ from typing import Any
 from brooq.engine.outcome import bounded, safe_text
 from brooq.engine.runner import Attempted
 from brooq.engine.store import Claimed
-from brooq.postgres.dsn import REDACTED, scrub
 from brooq.vocabulary import KindOptions
+from brooq.vocabulary.secrets import REDACTED, scrub
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 FIELD_MAX_CHARS = 4000

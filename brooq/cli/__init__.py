@@ -18,8 +18,8 @@ from brooq.cli.common import add_global_flags, settings_from
 from brooq.cli.errors import Exit, UsageError
 from brooq.config import ConfigError
 from brooq.logs import hide_secrets, setup_logging
-from brooq.postgres.dsn import dsn_passwords
 from brooq.vocabulary import BrooqError, InvalidInput
+from brooq.vocabulary.secrets import dsn_passwords
 
 __all__ = ["Exit", "UsageError", "main", "parser"]
 
