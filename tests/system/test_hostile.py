@@ -202,6 +202,18 @@ def test_handlers_closing_file_descriptors_end_dead_and_wedge_nothing(
     assert count(pg, "state = 'processing'") == 0
     exits = sup.events("WorkerExited")
     assert [e["reason"] for e in exits].count("crash") == 2, exits
+
+    # The same, then the handler hangs: it can never report. The supervisor sees
+    # the socket closed and kills the worker within a second; a recorded failure.
+    (hang,) = insert_jobs(pg, "fd.closerange-hang", [{}])
+    started = time.monotonic()
+    wait_until(lambda: settled(pg, [hang]), 15, "the hanging handler's job to settle")
+    assert time.monotonic() - started < 4.0  # sooner than its 4 s lease could run out
+    got = row(pg, hang)
+    assert got["state"] == "dead" and got["attempts"] == 1, got
+    assert "broke its connection to the supervisor" in got["last_error"], got
+    assert sup.events("WorkerKilled", reason="broken", job_id=hang)
+    assert count(pg, "state = 'processing'") == 0
     assert sup.events("WorkerCrashLoop") == [] and sup.events("WorkerBootFailed") == []
     sup.wait_children(1, exclude=[first, second])
     wait_until(lambda: healthy(sup), 10, "/healthz to be 200 again")

@@ -3,6 +3,7 @@
 - ``noop``: does nothing (its payloads are the attack: jsonb Python cannot decode);
 - ``fd.close-low``: ``os.close`` of every fd from 0 to 10, then returns;
 - ``fd.closerange``: ``os.closerange(3, 1024)`` (the socket to the supervisor too);
+- ``fd.closerange-hang``: the same, then sleeps for 10 minutes;
 - ``fd.effect``: succeeds with an ``on_succeeded`` hook, so the worker's own
   connection is used (the one a closed descriptor would wedge);
 - ``err.*``: exceptions whose text is hostile (a lone surrogate, a ``__str__``
@@ -44,6 +45,12 @@ def close_low(claim: brooq.Claim) -> None:
 def close_range(claim: brooq.Claim) -> None:
     """Close every descriptor above stderr."""
     os.closerange(3, 1024)
+
+
+def close_range_and_hang(claim: brooq.Claim) -> None:
+    """Close every descriptor above stderr, then never return (nor report)."""
+    os.closerange(3, 1024)
+    time.sleep(600)
 
 
 def effect(claim: brooq.Claim) -> None:
@@ -97,6 +104,7 @@ def fork_grandchild(claim: brooq.Claim) -> None:
 queue.register("noop", noop, max_attempts=3, **RETRY)
 queue.register("fd.close-low", close_low, max_attempts=2, **RETRY)
 queue.register("fd.closerange", close_range, max_attempts=2, **RETRY)
+queue.register("fd.closerange-hang", close_range_and_hang, max_attempts=1)
 queue.register("fd.effect", effect, max_attempts=3, **RETRY)
 queue.register("err.surrogate", _raise(ValueError("bad \udcff")), max_attempts=1)
 queue.register("err.str-interrupt", _raise(StrRaises()), max_attempts=1)
