@@ -274,7 +274,8 @@ def loaded_after(statement: str) -> list[str]:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
-    return ast.literal_eval(done.stdout.strip())
+    loaded: list[str] = ast.literal_eval(done.stdout.strip())
+    return loaded
 
 
 # Run the layer's own modules with a bare `brooq` package object, so that only
