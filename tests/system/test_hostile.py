@@ -357,7 +357,12 @@ def test_a_malformed_database_url_is_never_shown(
         "the supervisor to start or refuse",
     )
     if not sup.exited():
-        status, body = get(f"{http(sup)}/healthz")
+        # The surface answers "starting" until the loop's first verdict.
+        status, body = wait_until(
+            lambda: (answer := get(f"{http(sup)}/healthz"))[1]["reason"] != "starting" and answer,
+            10,
+            "the loop's first verdict",
+        )
         assert status == 503 and "ZZsecret" not in json.dumps(body), body
         assert body["reason"] == "database unavailable", body
         time.sleep(1.5)
