@@ -115,6 +115,8 @@ def job_lines(record: JobRecord) -> list[str]:
         row["locked_until"] = None
         row["last_holder"] = row.pop("locked_by")
     trace = row.pop("last_traceback", None)
+    if row.get("payload_error") is None:
+        row.pop("payload_error", None)  # only a payload Python cannot decode has one
     width = max(len(k) for k in row)
     lines = []
     for key, value in row.items():

@@ -233,6 +233,23 @@ class Connector:
                 conn.close()
             self._own = None
 
+    def fileno(self) -> int | None:
+        """The socket of the connection this connector opened (in this process), if open."""
+        conn = self._own
+        if conn is None or conn.closed or self._own_pid != os.getpid():
+            return None
+        try:
+            return conn.fileno()
+        except psycopg.Error:
+            return None
+
+    def forget(self) -> None:
+        """Drop the owned connection without closing it: its descriptor may be someone
+        else's now (a handler closed it and opened a file), which ``close`` would close."""
+        if self._own is not None:
+            self._inherited.append(self._own)  # kept referenced: never finalized
+            self._own = None
+
     def abort(self) -> None:
         """Cut the owned connection from another thread (a statement that will not return).
 

@@ -244,8 +244,8 @@ SELECT id FROM canceled
 {{notify_forced}}
 
 -- name: get
--- The fate of a job: one SELECT.
-SELECT id, topic, payload, state, attempts, expirations, priority, available_at, locked_by,
+-- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
+SELECT id, topic, payload::text AS payload, state, attempts, expirations, priority, available_at, locked_by,
        locked_until, idempotency_key, last_error, last_traceback, created_at, updated_at
 FROM job
 WHERE id = %(id)s

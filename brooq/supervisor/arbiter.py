@@ -128,6 +128,7 @@ class Supervisor:
         self.metrics.initialise(topics, [str(r) for r in RESTART_REASONS],
                                 [s.name for s in self.queue.schedules])
         self.surface = Surface.open(self)
+        osproc.become_subreaper()
         signal.set_wakeup_fd(self.wake_w)
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, self._queue_signal)
@@ -185,6 +186,7 @@ class Supervisor:
     def teardown(self) -> None:
         """Let the database thread finish its queue, then close what the parent opened."""
         signal.set_wakeup_fd(-1)
+        osproc.kill_children()  # what handlers left behind, reparented to us: nothing outlives
         self.db.stop(timeout=5.0)
         self.notices.stop()
         self.store.close()

@@ -101,13 +101,10 @@ class Processes:
 
     def reaped(self) -> Iterator[tuple[ChildProcess, int]]:
         """waitpid every worker that ended: each record with its wait status."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        # reap_any also kills what is left of the worker's process group (its forks);
+        # a pid that is no worker is a grandchild reparented to us (we are a subreaper).
+        while (ended := osproc.reap_any()) is not None:
+            pid, status = ended
             child = self.children.pop(pid, None)
             if child is not None:
                 prom.mark_dead(child.metrics_id)

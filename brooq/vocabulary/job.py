@@ -115,6 +115,8 @@ class JobRecord:
     updated_at: datetime
     expirations: int = 0
     last_traceback: str | None = None
+    payload_error: str | None = None
+    """Why ``payload`` is None: the stored JSON is more than Python can decode."""
 
     @property
     def charged_attempts(self) -> int:
