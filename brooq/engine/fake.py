@@ -199,11 +199,10 @@ class InMemoryStore:
                 return False
             if outcome.kind is SettleKind.DONE:
                 self._run_hooks(chain, hooks)
-            self.rows[row.id] = self._settled(row, outcome)
+            self.rows[row.id] = self._settled(row, outcome, self.now())
             return True
 
-    def _settled(self, row: JobRecord, outcome: Outcome) -> JobRecord:
-        now = self.now()
+    def _settled(self, row: JobRecord, outcome: Outcome, now: datetime) -> JobRecord:
         changes: dict[str, Any] = {"state": outcome.state, "updated_at": now}
         if outcome.error is not None:
             changes["last_error"] = outcome.error
@@ -217,11 +216,11 @@ class InMemoryStore:
     def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
         """Write plain outcomes; the ids of the rows still held (and now written)."""
         with self._lock:
-            written = set()
+            written, now = set(), self.now()  # one statement: one now() for every row
             for ticket, outcome in settles:
                 row = self._held(ticket)
                 if row is not None and outcome.kind is not SettleKind.ABANDON:
-                    self.rows[row.id] = self._settled(row, outcome)
+                    self.rows[row.id] = self._settled(row, outcome, now)
                     written.add(row.id)
             return written
 
@@ -255,18 +254,19 @@ class InMemoryStore:
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held rows to pending and give back their attempt."""
         with self._lock:
-            return {row.id for t in tickets if (row := self._held(t)) and self._give_back(row)}
+            now = self.now()  # one statement in PostgreSQL: one now() for every row
+            return {row.id for t in tickets
+                    if (row := self._held(t)) and self._give_back(row, now)}
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
         """Give back every row ``holder`` holds that is not in ``known``."""
         with self._lock:
-            keep = set(known)
+            keep, now = set(known), self.now()
             return {row.id for row in list(self.rows.values())
                     if row.state is State.PROCESSING and row.locked_by == holder
-                    and row.id not in keep and self._give_back(row)}
+                    and row.id not in keep and self._give_back(row, now)}
 
-    def _give_back(self, row: JobRecord) -> bool:
-        now = self.now()  # one statement in PostgreSQL: one now() for every row
+    def _give_back(self, row: JobRecord, now: datetime) -> bool:
         self.rows[row.id] = replace(
             row, state=State.PENDING, attempts=max(row.attempts - 1, row.expirations),
             locked_by=None, locked_until=None, available_at=now, updated_at=now,
