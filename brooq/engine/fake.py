@@ -203,7 +203,7 @@ class InMemoryStore:
             return True
 
     def _settled(self, row: JobRecord, outcome: Outcome, now: datetime) -> JobRecord:
-        changes: dict[str, Any] = {"state": outcome.state, "updated_at": now}
+        changes: dict[str, Any] = {"state": outcome.state, "updated_at": now, "expiry_streak": 0}
         if outcome.error is not None:
             changes["last_error"] = outcome.error
             changes["last_traceback"] = outcome.traceback
@@ -283,17 +283,18 @@ class InMemoryStore:
             pending: Counter[str] = Counter()
             dead: Counter[str] = Counter()
             for row in expired[:batch]:
-                count = row.expirations + 1
-                if max_expirations and count >= max_expirations:
+                count, streak = row.expirations + 1, row.expiry_streak + 1
+                if max_expirations and streak >= max_expirations:
                     self.rows[row.id] = replace(
-                        row, state=State.DEAD, expirations=count, locked_until=None,
-                        available_at=now, updated_at=now, last_error=expired_text(count, row),
+                        row, state=State.DEAD, expirations=count, expiry_streak=streak,
+                        locked_until=None, available_at=now, updated_at=now,
+                        last_error=expired_text(streak, row),
                     )
                     dead[row.topic] += 1
                 else:
                     self.rows[row.id] = replace(
-                        row, state=State.PENDING, expirations=count, locked_by=None,
-                        locked_until=None, available_at=now, updated_at=now,
+                        row, state=State.PENDING, expirations=count, expiry_streak=streak,
+                        locked_by=None, locked_until=None, available_at=now, updated_at=now,
                     )
                     pending[row.topic] += 1
             return Requeued(_counts(pending), _counts(dead))
@@ -342,7 +343,7 @@ class InMemoryStore:
 
 def expired_text(count: int, row: JobRecord) -> str:
     """last_error of a job the reaper moved to dead (the same text PostgreSQL writes)."""
-    return (f"lease expired {count} times: its holder died every time it ran "
+    return (f"lease expired {count} times in a row: its holder died every time it ran "
             f"(last holder {row.locked_by}); the job may be killing its host")
 
 
