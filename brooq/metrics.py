@@ -11,6 +11,7 @@ its successor continues.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import shutil
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from brooq.engine.inspection import Inspection, TopicStateCount
-from brooq.osproc import no_fork, pid_alive
+from brooq.osproc import no_fork
 from brooq.vocabulary.state import State
 
 _identity: dict[str, str | None] = {"id": None}
@@ -49,6 +50,7 @@ def create_directory() -> str:
     remove_stale_directories()
     path = tempfile.mkdtemp(prefix=f"brooq-metrics-{os.getpid()}-")
     os.chmod(path, 0o700)
+    hold_directory(path)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     set_identity("supervisor")
     from prometheus_client import values
@@ -57,12 +59,42 @@ def create_directory() -> str:
     return path
 
 
+OWNER_FILE = ".owner"
+_held: list[int] = []
+"""The descriptor that holds this supervisor's lock on its directory (kept open)."""
+
+
+def hold_directory(path: str) -> None:
+    """Lock ``path``'s owner file for as long as this process (and its workers) live.
+
+    The lock, not the pid in the name, says a directory is in use: a pid means
+    nothing across PID namespaces (containers sharing /tmp, ``unshare``), a lock
+    on the same file does.
+    """
+    fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    _held.append(fd)
+
+
 def remove_stale_directories() -> None:
-    """Remove the directories of supervisors that died without cleaning up (kill -9)."""
+    """Remove the directories of supervisors that died without cleaning up (kill -9).
+
+    Only directories of this user whose owner lock nobody holds any more.
+    """
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "brooq-metrics-*-*")):
-        pid = os.path.basename(path).split("-")[2]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            shutil.rmtree(path, ignore_errors=True)
+        try:
+            if os.stat(path).st_uid != os.getuid():
+                continue
+            fd = os.open(os.path.join(path, OWNER_FILE), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone, or not a directory brooq locks: leave it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a live supervisor (or one of its workers) holds it
+        finally:
+            os.close(fd)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_directory(path: str) -> None:
