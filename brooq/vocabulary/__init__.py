@@ -12,6 +12,7 @@ from brooq.vocabulary.errors import (
     JobNotFound,
     KindNotRegistered,
     NeedsDatabase,
+    SchemaMissing,
     StoreUnavailable,
 )
 from brooq.vocabulary.handler_signals import (
@@ -66,6 +67,7 @@ __all__ = [
     "NeedsDatabase",
     "PreserveAttempt",
     "Schedule",
+    "SchemaMissing",
     "SettleHook",
     "State",
     "StoreUnavailable",
