@@ -16,8 +16,6 @@ import os
 import queue as stdqueue
 import select
 import signal
-import socket
-import sys
 import time
 from datetime import timedelta
 from enum import StrEnum
@@ -29,22 +27,23 @@ from brooq.config import Settings
 from brooq.engine.periodic import PeriodicScheduler
 from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
-from brooq.engine.store import Claimed
 from brooq.engine.timer import Every
 from brooq.logs import event
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import orphans, protocol
-from brooq.supervisor.child import WorkerConfig, worker_main
-from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Exit, Interrupt, Kill
-from brooq.supervisor.completer import Completer, Pending, count_by_label
+from brooq.supervisor import protocol
+from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Kill
+from brooq.supervisor.completer import Completer
 from brooq.supervisor.database import DatabaseThread, Lanes
 from brooq.supervisor.dispatch import Dispatcher
-from brooq.supervisor.leases import Held, Holdings, LeaseKeeper
+from brooq.supervisor.exits import Exits
+from brooq.supervisor.held import HeldJobs
+from brooq.supervisor.leases import Holdings, LeaseKeeper
 from brooq.supervisor.maintenance import Maintenance
 from brooq.supervisor.notices import Notices
-from brooq.supervisor.producer import Group, Producer
+from brooq.supervisor.processes import Processes
+from brooq.supervisor.producer import Producer
 from brooq.supervisor.registration import Registration
 from brooq.supervisor.slots import SlotState
 from brooq.supervisor.surface import Surface
@@ -59,14 +58,8 @@ HANDLED_SIGNALS = (
 )
 MAX_TICK_S = 1.0
 BUSY_TICK_S = 0.1
-STABLE_AFTER_S = 10.0
-"""A worker that crashes sooner than this after its start counts toward its slot's backoff."""
 FINAL_FLUSH_S = 10.0
 PROBE_EVERY_S = 2.0
-FORK_WAIT_S = 0.05
-"""How long a spawn waits for the database and LISTEN threads to leave libpq."""
-BROKEN_GRACE_S = 0.5
-"""How long a worker whose socket closed may take to exit before it counts as broken."""
 
 
 class Stopping(StrEnum):
@@ -86,15 +79,17 @@ class Supervisor:
         self.holder = holder_id()
         self.pid = os.getpid()
         self.slots = [SlotState(sorted(t)) for t in slots]
-        self.children: dict[int, ChildProcess] = {}
+        self.workers = Processes(queue, settings, dsn, self.metrics, self.pid,
+                                 self.parent_fds, HANDLED_SIGNALS)
+        self.children = self.workers.children
+        self.exits = Exits(self)
+        self.held = HeldJobs(self)
+        self.release = self.held.release
         self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
         self.notifier = Notifier()
         self.generation = 0
         self.stopping: Stopping | None = None
         self.stop_deadline = 0.0
-        self.free_metric_ids: list[int] = []
-        self.next_metric_id = 0
-        self.restarts = 0
         lease = settings.lease
         bound = max(lease / 3, timedelta(seconds=5))
         self.store = PostgresStore(dsn, notify=settings.notify,
@@ -116,7 +111,7 @@ class Supervisor:
                 self.tick()
         finally:
             self.teardown()
-        event(log, "SupervisorExited", restarts=self.restarts)
+        event(log, "SupervisorExited", restarts=self.exits.restarts)
         return 0
 
     def setup(self) -> None:
@@ -152,16 +147,16 @@ class Supervisor:
                   if (n := self.queue.registry.options(t).max_running)}
         prefetch = len(self.slots) if s.prefetch is None else s.prefetch
         self.producer = Producer(
-            self.claims_store, self.db.claims, self.holder, lease, sorted({slot.group for slot in self.slots}),
-            limits, prefetch, s.poll_interval,
+            self.claims_store, self.db.claims, self.holder, lease,
+            sorted({slot.group for slot in self.slots}), limits, prefetch, s.poll_interval,
             max_wait=max(1.0, 2 * s.poll_interval.total_seconds()),
-            on_claimed=self.claimed)
-        self.completer = Completer(self.store, self.db.writes, self.flushed)
+            on_claimed=self.held.claimed)
+        self.completer = Completer(self.store, self.db.writes, self.held.flushed)
         self.leases = LeaseKeeper(self.claims_store, self.db.claims, self.holdings, lease,
-                                  self.lost)
+                                  self.held.lost)
         self.dispatcher = Dispatcher(self.queue.registry, self.producer, self.completer,
                                      self.holdings, self.metrics, lease.total_seconds(),
-                                     self.retire)
+                                     self.workers.retire)
         self.maintenance = Maintenance(
             self.db.writes, Reaper(self.store, Every(s.reaper_period), s.max_expirations),
             Retention(self.store, s.retention_ttl, s.retention_batch, Every(s.retention_period)),
@@ -209,12 +204,12 @@ class Supervisor:
         self.read_workers()
         self.reap_children()
         self.kill_hung(now)
-        self.kill_broken(now)
+        self.workers.kill_broken(now)
         self.keep_leases(now)
         self.release_stale(now)
         self.dispatcher.run_once(self.children.values(), now)
         if not self.stopping:
-            self.producer.run_once(now, *self.group_counts())
+            self.producer.run_once(now, *self.workers.group_counts())
             self.maintenance.run_once(now)
         self.completer.run_once(now, force=bool(self.stopping))
         if self.stopping:
@@ -229,9 +224,8 @@ class Supervisor:
 
     def wait(self) -> None:
         """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline."""
-        reads = [self.wake_r, *self.db.filenos(), self.notices.fileno()]
-        reads += [c.sock for c in self.children.values() if not c.closed]
-        writes = [c.sock for c in self.children.values() if c.outbox and not c.closed]
+        socks, writes = self.workers.sockets()
+        reads = [self.wake_r, *self.db.filenos(), self.notices.fileno(), *socks]
         try:
             ready, writable, _ = select.select(reads, writes, [], self.timeout())
         except InterruptedError:
@@ -279,8 +273,8 @@ class Supervisor:
         event(log, "SupervisorStopping", mode="graceful",
               timeout=format_duration(self.settings.graceful_timeout))
         self.release(self.producer.drain(), "stopping")
-        for child in self.children.values():
-            self.retire(child)
+        for child in self.workers:
+            self.workers.retire(child)
 
     handle_sigint = handle_sigterm
 
@@ -290,9 +284,7 @@ class Supervisor:
         self.notifier.stopping("stopping now")
         event(log, "SupervisorStopping", mode="fast")
         self.release(self.producer.drain(), "stopping")
-        for child in self.children.values():
-            if child.kill is None:
-                self.kill(child, Kill.SHUTDOWN)
+        self.workers.kill_all(Kill.SHUTDOWN)
 
     def handle_sighup(self) -> None:
         """Replace every worker, one at a time, each finishing its job first."""
@@ -319,11 +311,7 @@ class Supervisor:
         heard = self.notices.read()
         self.producer.heard(heard.topics)
         for job_id in heard.canceled:
-            if self.producer.drop(job_id) is not None:
-                self.holdings.drop(job_id)
-            for child in self.children.values():
-                if child.job and child.job.claimed.id == job_id:
-                    self.dispatcher.interrupt(child, Interrupt.CANCELED, "interrupting the handler")
+            self.held.canceled(job_id)
 
     def read_workers(self) -> None:
         """Apply every message the workers sent; a broken or garbled socket kills its worker."""
@@ -339,7 +327,8 @@ class Supervisor:
             messages, eof = child.reader.read()
         except protocol.ProtocolError:
             child.close()
-            self.kill(child, Kill.BROKEN)  # garbage on the socket: not a brooq worker any more
+            # Garbage on the socket: it is not a brooq worker any more.
+            self.workers.kill(child, Kill.BROKEN)
             return
         for message in messages:
             self.dispatcher.apply(child, message, now)
@@ -349,109 +338,21 @@ class Supervisor:
             child.close()
             child.eof_at = now
 
-    def kill_broken(self, now: float) -> None:
-        """Kill workers still alive a while after their socket closed."""
-        for child in self.children.values():
-            if child.eof_at and child.kill is None and now - child.eof_at >= BROKEN_GRACE_S:
-                self.kill(child, Kill.BROKEN)
-
     def reap_children(self) -> None:
         """waitpid every worker that ended; settle what it leaves behind."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            child = self.children.pop(pid, None)
-            if child is not None:
-                self.worker_exited(child, status)
-
-    def worker_exited(self, child: ChildProcess, status: int) -> None:
-        """Settle the job a dead worker held; count and log why it is gone."""
-        self.read_worker(child, time.monotonic())
-        child.close()
-        how = osproc.describe_exit(status)
-        reason = orphans.exit_reason(child, status, self.generation, bool(self.stopping))
-        held_a_job = child.job is not None
-        if held_a_job:
-            self.orphaned(child, status, how)
-        self.slot_backoff(child, status, how, held_a_job)
-        prom.mark_dead(child.metrics_id)
-        self.free_metric_ids.append(int(child.metrics_id[1:]))
-        if reason not in (Exit.STOPPED, Exit.SHUTDOWN):
-            self.restarts += 1
-            self.metrics.restarts.labels(reason=str(reason)).inc()
-        quiet = reason in (Exit.STOPPED, Exit.MAX_JOBS, Exit.MAX_MEMORY, Exit.RELOAD)
-        event(log, "WorkerExited", logging.INFO if quiet else logging.WARNING, slot=child.slot,
-              pid=child.pid, exit=how, reason=str(reason))
-
-    def orphaned(self, child: ChildProcess, status: int, how: str) -> None:
-        """Carry out the orphans service's decision about the job ``child`` held."""
-        job = child.job
-        assert job is not None
-        claimed = job.claimed
-        options = self.dispatcher.options(claimed.topic)
-        orphan = orphans.decide_orphan(child, job, status, how, options)
-        match orphan.fate:
-            case orphans.Fate.RELEASE:
-                self.release([claimed], "shutdown")
-            case orphans.Fate.PUT_BACK if not self.stopping:
-                self.producer.put_back(child.group, claimed, time.monotonic())
-            case orphans.Fate.PUT_BACK:
-                self.release([claimed], "stopping")
-            case orphans.Fate.RECORD if orphan.outcome is not None:
-                self.completer.add(claimed.ticket, orphan.outcome, claimed.topic, time.monotonic())
-                event(log, "JobDead" if orphan.outcome.label == "dead" else "JobFailed",
-                      logging.WARNING, job_id=claimed.id, topic=claimed.topic,
-                      attempt=claimed.attempt, outcome=orphan.outcome.label,
-                      error=orphan.outcome.error)
-            case _:
-                self.holdings.drop(claimed.id)
-
-    def slot_backoff(self, child: ChildProcess, status: int, how: str, held_a_job: bool) -> None:
-        """A worker that died at boot, or soon after without any job to blame, starts again
-        only after a backoff (a job that kills its worker is charged for it instead)."""
-        if child.slot >= len(self.slots) or self.stopping:
-            return
-        slot = self.slots[child.slot]
-        lived = time.monotonic() - child.started
-        if (orphans.planned(status) or child.kill is not None or held_a_job
-                or child.finished_jobs or lived >= STABLE_AFTER_S):
-            slot.booted()
-            return
-        delay = slot.boot_failed(time.monotonic())
-        event(log, "WorkerBootFailed" if not child.booted else "WorkerCrashLoop", logging.ERROR,
-              slot=child.slot, pid=child.pid, exit=how, retry_in_s=delay)
+        for child, status in self.workers.reaped():
+            self.exits.worker_exited(child, status)
 
     def kill_hung(self, now: float) -> None:
         """SIGKILL workers past their watchdog deadlines, and all of them past the graceful one."""
-        for child in list(self.children.values()):
-            if child.job and child.kill is None and (due := child.job.kill_due(now)):
-                kill, why = due
-                if kill is Kill.HUNG:
-                    self.metrics.hung.labels(topic=child.job.claimed.topic).inc()
-                self.kill(child, kill, why)
+        self.workers.kill_hung(now)
         if self.stopping is Stopping.GRACEFUL and now >= self.stop_deadline:
-            for child in self.children.values():
-                if child.kill is None:
-                    self.kill(child, Kill.SHUTDOWN)
+            self.workers.kill_all(Kill.SHUTDOWN)
 
     def keep_leases(self, now: float) -> None:
         """Heartbeat; when heartbeats fail, stop jobs before their lease can end."""
         self.leases.run_once(now)
-        lease_s = self.settings.lease.total_seconds()
-        for held in self.leases.expiring(now, within=lease_s / 3):
-            child = self.running(held.ticket.job_id)
-            if child is None:
-                if self.producer.drop(held.ticket.job_id) is not None:
-                    self.holdings.drop(held.ticket.job_id)
-                continue
-            self.dispatcher.interrupt(child, Interrupt.LEASE_LOST,
-                                      "the database did not answer heartbeats; the lease ends soon")
-            if held.lease_end - now <= min(1.0, lease_s / 6) and child.kill is None:
-                self.kill(child, Kill.LEASE_ENDING)
+        self.held.expiring(now, self.settings.lease.total_seconds())
 
     def probe_database(self, now: float) -> None:
         """A cheap query when the database thread has been quiet, or /healthz was just asked:
@@ -469,20 +370,8 @@ class Supervisor:
 
     def manage_workers(self) -> None:
         """Bring the workers back to the target: spawn missing, retire extra and old ones."""
-        if self.stopping:
-            return
-        for child in self.children.values():
-            if child.slot >= len(self.slots) and not child.retiring:
-                self.retire(child)
-        if not any(c.retiring for c in self.children.values()):
-            old = [c for c in self.children.values() if c.generation < self.generation]
-            if old:
-                self.retire(min(old, key=lambda c: c.started))
-        now = time.monotonic()
-        taken = {c.slot for c in self.children.values() if not c.retiring}
-        for slot_no, slot in enumerate(self.slots):
-            if slot_no not in taken and now >= slot.not_before:
-                self.spawn(slot_no)
+        if not self.stopping:
+            self.workers.manage(self.slots, self.generation)
 
     def report_ready(self) -> None:
         """READY=1 to systemd once every slot's first worker has booted."""
@@ -493,135 +382,6 @@ class Supervisor:
             self.notifier.ready(f"{booted} workers running")
             event(log, "SupervisorReady", workers=booted)
 
-    # --- callbacks of the services ----------------------------------------------------
-
-    def claimed(self, claimed: list[Claimed], lease_end: float) -> None:
-        """The producer claimed jobs: hold them, count them."""
-        topics: dict[str, int] = {}
-        for c in claimed:
-            self.holdings.add(c.ticket, c.topic, lease_end)
-            topics[c.topic] = topics.get(c.topic, 0) + 1
-        for topic, n in topics.items():
-            self.metrics.claimed.labels(topic=topic).inc(n)
-
-    def flushed(self, written: list[Pending], lost: list[Pending]) -> None:
-        """The completer wrote outcomes: count them; those no longer held lost their lease."""
-        for p in written + lost:
-            self.holdings.drop(p.ticket.job_id)
-        for (topic, label), n in count_by_label(written).items():
-            self.metrics.settled.labels(topic=topic, outcome=label).inc(n)
-        for p in lost:
-            self.metrics.lease_lost.labels(topic=p.topic).inc()
-            event(log, "LeaseLost", logging.WARNING, job_id=p.ticket.job_id, topic=p.topic,
-                  outcome=p.outcome.label, note="outcome not written: the lease was lost")
-
-    def lost(self, held: Held) -> None:
-        """A heartbeat did not find a job ours any more (canceled, or reaped and taken)."""
-        job_id = held.ticket.job_id
-        self.holdings.drop(job_id)
-        if self.producer.drop(job_id) is not None:
-            return
-        child = self.running(job_id)
-        if child is not None:
-            self.read_worker(child, time.monotonic())  # it may have just finished it
-            child = self.running(job_id)
-        if child is not None and child.job and child.job.claimed.ticket == held.ticket:
-            self.metrics.lease_lost.labels(topic=held.topic).inc()
-            self.dispatcher.interrupt(child, Interrupt.LEASE_LOST, "interrupting the handler")
-
-    # --- jobs and processes -------------------------------------------------------------
-
-    def running(self, job_id: str) -> ChildProcess | None:
-        """The worker running ``job_id``, if any."""
-        for child in self.children.values():
-            if child.job is not None and child.job.claimed.id == job_id:
-                return child
-        return None
-
-    def release(self, claimed: list[Claimed], why: str) -> None:
-        """Give jobs back to pending, uncharged (a database task)."""
-        if not claimed:
-            return
-        tickets = [c.ticket for c in claimed]
-        for c in claimed:
-            self.holdings.drop(c.id)
-
-        def done(released: set[str] | None, error: BaseException | None) -> None:
-            for job_id in sorted(released or ()):
-                event(log, "JobReleased", job_id=job_id, note=why)
-
-        self.db.writes.submit("release", lambda: self.store.release(tickets), done)
-
-    def retire(self, child: ChildProcess) -> None:
-        """The worker finishes its job (if any) and leaves."""
-        child.retiring = True
-        if child.job is None and not child.stop_sent:
-            child.stop_sent = True
-            child.send(protocol.Stop())
-
-    def kill(self, child: ChildProcess, reason: Kill, detail: Interrupt | None = None) -> None:
-        """SIGKILL a worker; ``reason`` decides what becomes of its job."""
-        child.kill, child.kill_detail = reason, str(detail) if detail else None
-        shown = f"{reason}:{detail}" if detail else str(reason)
-        event(log, "WorkerKilled", logging.WARNING, slot=child.slot, pid=child.pid,
-              reason=shown, job_id=child.job.claimed.id if child.job else None)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGKILL)
-
-    def spawn(self, slot_no: int) -> None:
-        """Fork one worker for ``slot_no``, connected by a socket pair."""
-        parent_end, child_end = socket.socketpair()
-        metrics_id = self.take_metrics_id()
-        slot = self.slots[slot_no]
-        config = WorkerConfig(
-            slot=slot_no, topics=tuple(slot.topics), dsn=self.dsn,
-            max_jobs=self.settings.max_jobs_per_worker,
-            max_memory=self.settings.max_memory_per_worker, notify=self.settings.notify,
-            max_payload_bytes=self.settings.max_payload_bytes, metrics_id=metrics_id)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = osproc.fork_when_quiet(timeout=FORK_WAIT_S)
-        if pid is None:  # a thread is busy with the database: the next tick tries again
-            parent_end.close()
-            child_end.close()
-            self.free_metric_ids.append(int(metrics_id[1:]))
-            return
-        if pid == 0:
-            self.become_child(parent_end.detach())
-            worker_main(self.queue, config, child_end.detach(), self.pid, self.metrics)
-        child_end.close()
-        sock = parent_end.detach()
-        os.set_blocking(sock, False)
-        self.children[pid] = ChildProcess(
-            slot=slot_no, pid=pid, group=slot.group, sock=sock, started=time.monotonic(),
-            generation=self.generation, metrics_id=metrics_id)
-        event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(slot.topics))
-
-    def become_child(self, parent_end: int) -> None:
-        """In the new worker: drop the parent's signal handling and its file descriptors."""
-        for signum in HANDLED_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        fds = [parent_end, self.wake_r, self.wake_w, *self.db.filenos(), self.notices.fileno()]
-        fds += [c.sock for c in self.children.values()]
-        for fd in fds:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def take_metrics_id(self) -> str:
-        """The lowest metrics id no live (unreaped) worker holds: files are reused."""
-        if self.free_metric_ids:
-            self.free_metric_ids.sort()
-            return f"w{self.free_metric_ids.pop(0)}"
-        self.next_metric_id += 1
-        return f"w{self.next_metric_id - 1}"
-
-    def group_counts(self) -> tuple[dict[Group, int], dict[Group, int]]:
-        """Idle workers and all workers, per group."""
-        idle: dict[Group, int] = {}
-        total: dict[Group, int] = {}
-        for child in self.children.values():
-            total[child.group] = total.get(child.group, 0) + 1
-            if child.idle:
-                idle[child.group] = idle.get(child.group, 0) + 1
-        return idle, total
+    def parent_fds(self) -> list[int]:
+        """The descriptors only the parent may use: closed in every new worker."""
+        return [self.wake_r, self.wake_w, *self.db.filenos(), self.notices.fileno()]

@@ -1,0 +1,204 @@
+"""The supervisor's worker processes: fork, signal, reap, and the records of them.
+
+Everything here is about processes, not jobs: which worker runs in which
+slot, which ones are broken or hung, which must be retired. What becomes of
+a job is the arbiter's (and the orphans service's) decision.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn
+
+from brooq import metrics as prom
+from brooq import osproc
+from brooq.config import Settings
+from brooq.logs import event
+from brooq.queue import Queue
+from brooq.supervisor import protocol
+from brooq.supervisor.child import WorkerConfig, worker_main
+from brooq.supervisor.children import ChildProcess, Interrupt, Kill
+from brooq.supervisor.producer import Group
+from brooq.supervisor.slots import SlotState
+
+log = logging.getLogger("brooq.supervisor")
+
+FORK_WAIT_S = 0.05
+"""How long a spawn waits for the database and LISTEN threads to leave libpq."""
+BROKEN_GRACE_S = 0.5
+"""How long a worker whose socket closed may take to exit before it counts as broken."""
+
+
+class Processes:
+    """The live worker processes of one supervisor, by pid."""
+
+    def __init__(self, queue: Queue, settings: Settings, dsn: str, metrics: prom.Metrics,
+                 parent_pid: int, parent_fds: Callable[[], Sequence[int]],
+                 parent_signals: Sequence[signal.Signals]) -> None:
+        self.queue, self.settings, self.dsn, self.metrics = queue, settings, dsn, metrics
+        self.parent_pid = parent_pid
+        self.parent_fds = parent_fds
+        """The parent's own file descriptors, closed in each new worker."""
+        self.parent_signals = parent_signals
+        self.children: dict[int, ChildProcess] = {}
+        self.free_metric_ids: list[int] = []
+        self.next_metric_id = 0
+
+    def __iter__(self) -> Iterator[ChildProcess]:
+        return iter(list(self.children.values()))
+
+    def __len__(self) -> int:
+        return len(self.children)
+
+    # --- fork and reap ------------------------------------------------------------------
+
+    def spawn(self, slot_no: int, slot: SlotState, generation: int) -> ChildProcess | None:
+        """Fork one worker for ``slot_no``, connected by a socket pair (None: try next tick)."""
+        parent_end, child_end = socket.socketpair()
+        metrics_id = self.take_metrics_id()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = osproc.fork_when_quiet(timeout=FORK_WAIT_S)
+        if pid is None:  # a thread is busy with the database: the next tick tries again
+            parent_end.close()
+            child_end.close()
+            self.free_metric_ids.append(int(metrics_id[1:]))
+            return None
+        if pid == 0:
+            self.become_child(parent_end.detach(), child_end.detach(), slot_no, slot, metrics_id)
+        child_end.close()
+        sock = parent_end.detach()
+        os.set_blocking(sock, False)
+        child = ChildProcess(slot=slot_no, pid=pid, group=slot.group, sock=sock,
+                             started=time.monotonic(), generation=generation,
+                             metrics_id=metrics_id)
+        self.children[pid] = child
+        event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(slot.topics))
+        return child
+
+    def become_child(self, parent_end: int, child_end: int, slot_no: int, slot: SlotState,
+                     metrics_id: str) -> NoReturn:
+        """In the new worker: drop the parent's signal handling and descriptors, then work."""
+        for signum in self.parent_signals:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.set_wakeup_fd(-1)
+        for fd in [parent_end, *self.parent_fds(), *(c.sock for c in self.children.values())]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        s = self.settings
+        config = WorkerConfig(
+            slot=slot_no, topics=tuple(slot.topics), dsn=self.dsn,
+            max_jobs=s.max_jobs_per_worker, max_memory=s.max_memory_per_worker,
+            notify=s.notify, max_payload_bytes=s.max_payload_bytes, metrics_id=metrics_id)
+        worker_main(self.queue, config, child_end, self.parent_pid, self.metrics)
+
+    def reaped(self) -> Iterator[tuple[ChildProcess, int]]:
+        """waitpid every worker that ended: each record with its wait status."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                prom.mark_dead(child.metrics_id)
+                self.free_metric_ids.append(int(child.metrics_id[1:]))
+                yield child, status
+
+    def take_metrics_id(self) -> str:
+        """The lowest metrics id no live (unreaped) worker holds: files are reused."""
+        if self.free_metric_ids:
+            self.free_metric_ids.sort()
+            return f"w{self.free_metric_ids.pop(0)}"
+        self.next_metric_id += 1
+        return f"w{self.next_metric_id - 1}"
+
+    # --- signals to workers -------------------------------------------------------------
+
+    def kill(self, child: ChildProcess, reason: Kill, detail: Interrupt | None = None) -> None:
+        """SIGKILL a worker; ``reason`` decides what becomes of its job."""
+        child.kill, child.kill_detail = reason, str(detail) if detail else None
+        shown = f"{reason}:{detail}" if detail else str(reason)
+        event(log, "WorkerKilled", logging.WARNING, slot=child.slot, pid=child.pid,
+              reason=shown, job_id=child.job.claimed.id if child.job else None)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+
+    def kill_all(self, reason: Kill) -> None:
+        """SIGKILL every worker not already killed."""
+        for child in self:
+            if child.kill is None:
+                self.kill(child, reason)
+
+    def retire(self, child: ChildProcess) -> None:
+        """The worker finishes its job (if any) and leaves."""
+        child.retiring = True
+        if child.job is None and not child.stop_sent:
+            child.stop_sent = True
+            child.send(protocol.Stop())
+
+    def kill_broken(self, now: float) -> None:
+        """Kill workers still alive a while after their socket closed."""
+        for child in self:
+            if child.eof_at and child.kill is None and now - child.eof_at >= BROKEN_GRACE_S:
+                self.kill(child, Kill.BROKEN)
+
+    def kill_hung(self, now: float) -> None:
+        """SIGKILL workers past their watchdog deadlines."""
+        for child in self:
+            if child.job and child.kill is None and (due := child.job.kill_due(now)):
+                kill, why = due
+                if kill is Kill.HUNG:
+                    self.metrics.hung.labels(topic=child.job.claimed.topic).inc()
+                self.kill(child, kill, why)
+
+    # --- the target -----------------------------------------------------------------------
+
+    def manage(self, slots: list[SlotState], generation: int) -> None:
+        """Bring the workers back to the target: retire extra and old ones, spawn missing."""
+        for child in self:
+            if child.slot >= len(slots) and not child.retiring:
+                self.retire(child)
+        if not any(c.retiring for c in self):
+            old = [c for c in self if c.generation < generation]
+            if old:
+                self.retire(min(old, key=lambda c: c.started))
+        now = time.monotonic()
+        taken = {c.slot for c in self if not c.retiring}
+        for slot_no, slot in enumerate(slots):
+            if slot_no not in taken and now >= slot.not_before:
+                self.spawn(slot_no, slot, generation)
+
+    # --- questions --------------------------------------------------------------------------
+
+    def running(self, job_id: str) -> ChildProcess | None:
+        """The worker running ``job_id``, if any."""
+        for child in self.children.values():
+            if child.job is not None and child.job.claimed.id == job_id:
+                return child
+        return None
+
+    def group_counts(self) -> tuple[dict[Group, int], dict[Group, int]]:
+        """Idle workers and all workers, per group."""
+        idle: dict[Group, int] = {}
+        total: dict[Group, int] = {}
+        for child in self.children.values():
+            total[child.group] = total.get(child.group, 0) + 1
+            if child.idle:
+                idle[child.group] = idle.get(child.group, 0) + 1
+        return idle, total
+
+    def sockets(self) -> tuple[list[int], list[int]]:
+        """The sockets to wait on: all open ones for reading, those with output for writing."""
+        reads = [c.sock for c in self.children.values() if not c.closed]
+        writes = [c.sock for c in self.children.values() if c.outbox and not c.closed]
+        return reads, writes
