@@ -16,9 +16,12 @@ from brooq.config.settings import DASHBOARD
 
 def register(sub: Any) -> None:
     """Add the dashboard command."""
-    p = sub.add_parser("dashboard", help="serve the web dashboard at /ui (no supervisor needed)",
-                       description="Serve the dashboard on HTTP_ADDR until SIGTERM or Ctrl-C. "
-                                   "Read-only unless BROOQ_TOKEN is set.")
+    p = sub.add_parser(
+        "dashboard",
+        help="serve the web dashboard at /ui (no supervisor needed)",
+        description="Serve the dashboard on HTTP_ADDR until SIGTERM or Ctrl-C. "
+        "Read-only unless BROOQ_TOKEN is set.",
+    )
     add_setting_flags(p, DASHBOARD)
     p.set_defaults(func=cmd_dashboard)
 
@@ -51,8 +54,11 @@ def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     previous = {s: signal.signal(s, stop_serving) for s in (signal.SIGTERM, signal.SIGINT)}
     server.start()
     mode = "actions need the token" if settings.token else "read-only (no BROOQ_TOKEN)"
-    print(f"brooq dashboard on http://{server.address}/ui ({mode}); Ctrl-C stops",
-          file=sys.stderr, flush=True)
+    print(
+        f"brooq dashboard on http://{server.address}/ui ({mode}); Ctrl-C stops",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         while not stop.wait(0.5):
             pass

@@ -10,7 +10,7 @@ from brooq.cli.common import print_json, require_dsn
 from brooq.cli.text import safe
 from brooq.config import Settings
 from brooq.engine.inspection import SupervisorRow
-from brooq.vocabulary import format_duration
+from brooq.vocabulary import SchemaMissing, format_duration
 
 
 def register(sub: Any) -> None:
@@ -25,10 +25,15 @@ def register(sub: Any) -> None:
 def cmd_workers(args: argparse.Namespace, settings: Settings) -> int:
     """Print the registered supervisors and what each worker runs."""
     from brooq.postgres.inspection import PostgresInspection
+    from brooq.postgres.preflight import check_schema
 
-    inspection = PostgresInspection(require_dsn(settings))
+    dsn = require_dsn(settings)
+    inspection = PostgresInspection(dsn)
     try:
         rows = [r for r in inspection.supervisors() if r.alive or args.all]
+    except SchemaMissing:
+        check_schema(dsn)  # no job table at all: say that, the first thing to fix
+        raise
     finally:
         inspection.close()
     now = datetime.now(UTC)

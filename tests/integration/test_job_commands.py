@@ -22,8 +22,9 @@ Run = Any
 
 
 @pytest.fixture
-def brooq(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
-          dsn: str) -> Run:
+def brooq(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path, dsn: str
+) -> Run:
     """Run ``brooq ARGS`` in-process; (exit code, stdout, stderr)."""
     monkeypatch.chdir(tmp_path)  # no stray .env
     monkeypatch.setenv("DATABASE_URL", dsn)
@@ -35,21 +36,32 @@ def brooq(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], t
             code = int(exc.code or 0)
         out = capsys.readouterr()
         return code, out.out, out.err
+
     return run
 
 
-def insert(pg: psycopg.Connection[Any], topic: str, state: str, n: int = 1,
-           age: str = "0 seconds", **extra: str) -> list[str]:
+def insert(
+    pg: psycopg.Connection[Any],
+    topic: str,
+    state: str,
+    n: int = 1,
+    age: str = "0 seconds",
+    **extra: str,
+) -> list[str]:
     """``n`` rows of ``topic`` in ``state``, last updated ``age`` ago; their ids."""
-    locked = ("'host-a:1:x'", "now() + interval '1 minute'") if state == "processing" \
+    locked = (
+        ("'host-a:1:x'", "now() + interval '1 minute'")
+        if state == "processing"
         else ("NULL", "NULL")
+    )
     rows = pg.execute(
         "INSERT INTO job (topic, payload, state, attempts, expirations, locked_by, locked_until, "
         "last_error, idempotency_key, updated_at) "
         f"SELECT %s, jsonb_build_object('n', i), %s, 3, 1, {locked[0]}, {locked[1]}, %s, %s, "
         "now() - %s::interval - i * interval '1 millisecond' FROM generate_series(1, %s) i "
         "RETURNING id::text",
-        (topic, state, extra.get("error"), extra.get("key"), age, n)).fetchall()
+        (topic, state, extra.get("error"), extra.get("key"), age, n),
+    ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -92,15 +104,35 @@ def test_list_filters_by_topic_state_and_window(brooq: Run, pg: psycopg.Connecti
     insert(pg, "c.three", "dead", 1)
     insert(pg, "a.one", "done", 3)
     old = insert(pg, "a.one", "dead", 1, age="3 hours")
-    _, out, _ = brooq("jobs", "list", "--json", "--topic", "a.one", "--topic", "b.two",
-                      "--state", "dead", "--since", "1h")
+    _, out, _ = brooq(
+        "jobs",
+        "list",
+        "--json",
+        "--topic",
+        "a.one",
+        "--topic",
+        "b.two",
+        "--state",
+        "dead",
+        "--since",
+        "1h",
+    )
     listed = json.loads(out)
     assert {j["id"] for j in listed["jobs"]} == set(a + b)
     assert listed["count"] == 3 and listed["next"] is None
     _, out, _ = brooq("jobs", "list", "--json", "--state", "dead", "--until", "1h")
     assert [j["id"] for j in json.loads(out)["jobs"]] == old
-    _, out, _ = brooq("jobs", "list", "--json", "--since", "2000-01-01T00:00:00Z",
-                      "--until", "2999-01-01T00:00:00+00:00", "--state", "done")
+    _, out, _ = brooq(
+        "jobs",
+        "list",
+        "--json",
+        "--since",
+        "2000-01-01T00:00:00Z",
+        "--until",
+        "2999-01-01T00:00:00+00:00",
+        "--state",
+        "done",
+    )
     assert len(json.loads(out)["jobs"]) == 3
 
 
@@ -122,26 +154,30 @@ def test_list_pages_with_a_cursor_until_the_end(brooq: Run, pg: psycopg.Connecti
     assert "next page: --after " in err
 
 
-@pytest.mark.parametrize("args", [
-    ["jobs", "list", "--state", "finished"],
-    ["jobs", "list", "--since", "yesterday"],
-    ["jobs", "list", "--since", "2026-01-01T00:00:00"],  # no zone
-    ["jobs", "list", "--since", "1h", "--until", "2h"],
-    ["jobs", "list", "--limit", "-1"],
-    ["jobs", "list", "--limit", "many"],
-    ["jobs", "list", "--after", "garbage"],
-    ["jobs", "list", "--topic", "Not A Topic"],
-    ["jobs", "retry"],
-    ["jobs", "retry", "--state", "pending"],
-    ["jobs", "retry", "not-a-uuid"],
-    ["jobs", "cancel"],
-    ["jobs", "cancel", "--topic", "a", "--state", "processing"],
-    ["jobs", "purge"],
-    ["jobs", "purge", "--state", "pending"],
-    ["jobs", "purge", "--state", "processing"],
-])
-def test_bad_input_exits_2_and_changes_nothing(brooq: Run, pg: psycopg.Connection[Any],
-                                               args: list[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["jobs", "list", "--state", "finished"],
+        ["jobs", "list", "--since", "yesterday"],
+        ["jobs", "list", "--since", "2026-01-01T00:00:00"],  # no zone
+        ["jobs", "list", "--since", "1h", "--until", "2h"],
+        ["jobs", "list", "--limit", "-1"],
+        ["jobs", "list", "--limit", "many"],
+        ["jobs", "list", "--after", "garbage"],
+        ["jobs", "list", "--topic", "Not A Topic"],
+        ["jobs", "retry"],
+        ["jobs", "retry", "--state", "pending"],
+        ["jobs", "retry", "not-a-uuid"],
+        ["jobs", "cancel"],
+        ["jobs", "cancel", "--topic", "a", "--state", "processing"],
+        ["jobs", "purge"],
+        ["jobs", "purge", "--state", "pending"],
+        ["jobs", "purge", "--state", "processing"],
+    ],
+)
+def test_bad_input_exits_2_and_changes_nothing(
+    brooq: Run, pg: psycopg.Connection[Any], args: list[str]
+) -> None:
     seed_every_state(pg)
     before = states(pg)
     code, out, err = brooq(*args)
@@ -154,7 +190,8 @@ def test_bad_input_exits_2_and_changes_nothing(brooq: Run, pg: psycopg.Connectio
 
 
 def test_retry_ids_moves_dead_to_pending_as_new_keeping_the_key(
-        brooq: Run, pg: psycopg.Connection[Any]) -> None:
+    brooq: Run, pg: psycopg.Connection[Any]
+) -> None:
     dead = insert(pg, "email.send", "dead", key="order-42", error="boom")[0]
     code, out, _ = brooq("jobs", "retry", dead)
     assert code == 0 and out.strip() == "retried 1 job"
@@ -162,14 +199,15 @@ def test_retry_ids_moves_dead_to_pending_as_new_keeping_the_key(
     assert after["state"] == "pending" and after["attempts"] == 0
     assert after["expirations"] == 0 and after["idempotency_key"] == "order-42"
     assert after["locked_by"] is None
-    assert pg.execute("SELECT available_at <= now() FROM job WHERE id = %s",
-                      (dead,)).fetchone() == (True,)
+    assert pg.execute(
+        "SELECT available_at <= now() FROM job WHERE id = %s", (dead,)
+    ).fetchone() == (True,)
 
 
 def test_retry_never_touches_a_live_or_done_row(brooq: Run, pg: psycopg.Connection[Any]) -> None:
     ids = seed_every_state(pg)
     before = {s: row(pg, i) for s, i in ids.items()}
-    code, out, err = brooq("jobs", "retry", "--json", *ids.values())
+    code, out, _ = brooq("jobs", "retry", "--json", *ids.values())
     assert code == 0
     assert json.loads(out) == {"retried": 1, "dry_run": False, "ids": [ids["dead"]]}
     for state in ("pending", "failed", "processing", "done", "canceled"):
@@ -238,7 +276,8 @@ def test_cancel_with_state_failed_and_json(brooq: Run, pg: psycopg.Connection[An
 
 
 def test_purge_deletes_terminal_rows_in_batches_never_a_live_one(
-        brooq: Run, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    brooq: Run, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import brooq.postgres.admin as admin
 
     monkeypatch.setattr(admin, "BATCH", 4)
@@ -256,12 +295,23 @@ def test_purge_with_filters_dry_run_and_json(brooq: Run, pg: psycopg.Connection[
     insert(pg, "a.one", "dead", 2, age="3 hours")
     recent = insert(pg, "a.one", "dead", 1)
     insert(pg, "b.two", "dead", 1, age="3 hours")
-    _, out, _ = brooq("jobs", "purge", "--state", "dead", "--topic", "a.one", "--until", "1h",
-                      "--dry-run", "--json")
+    _, out, _ = brooq(
+        "jobs",
+        "purge",
+        "--state",
+        "dead",
+        "--topic",
+        "a.one",
+        "--until",
+        "1h",
+        "--dry-run",
+        "--json",
+    )
     assert json.loads(out) == {"purged": 2, "dry_run": True}
     assert states(pg) == {"dead": 4}
-    _, out, _ = brooq("jobs", "purge", "--state", "dead", "--topic", "a.one", "--until", "1h",
-                      "--json")
+    _, out, _ = brooq(
+        "jobs", "purge", "--state", "dead", "--topic", "a.one", "--until", "1h", "--json"
+    )
     assert json.loads(out) == {"purged": 2, "dry_run": False}
     assert {r[0] for r in pg.execute("SELECT topic FROM job")} == {"a.one", "b.two"}
     assert row(pg, recent[0])["state"] == "dead"
@@ -270,20 +320,40 @@ def test_purge_with_filters_dry_run_and_json(brooq: Run, pg: psycopg.Connection[
 # --- workers and status -----------------------------------------------------------------------
 
 
-def register(pg: psycopg.Connection[Any], holder: str, topics: list[str], seen: str,
-             workers: list[dict[str, Any]]) -> None:
-    pg.execute("INSERT INTO brooq_supervisor (holder, host, pid, app, topics, seen_at, workers) "
-               "VALUES (%s, 'host-a', 4242, 'app:queue', %s, now() - %s::interval, %s)",
-               (holder, topics, seen, json.dumps(workers)))
+def register(
+    pg: psycopg.Connection[Any],
+    holder: str,
+    topics: list[str],
+    seen: str,
+    workers: list[dict[str, Any]],
+) -> None:
+    pg.execute(
+        "INSERT INTO brooq_supervisor (holder, host, pid, app, topics, seen_at, workers) "
+        "VALUES (%s, 'host-a', 4242, 'app:queue', %s, now() - %s::interval, %s)",
+        (holder, topics, seen, json.dumps(workers)),
+    )
 
 
 def test_workers_lists_live_supervisors_and_what_they_run(
-        brooq: Run, pg: psycopg.Connection[Any]) -> None:
+    brooq: Run, pg: psycopg.Connection[Any]
+) -> None:
     job = insert(pg, "email.send", "processing")[0]
-    register(pg, "host-a:4242:live", ["email.send"], "1 second", [
-        {"pid": 5001, "slot": 0, "job_id": job, "topic": "email.send",
-         "started_at": "2026-01-01T00:00:00+00:00"},
-        {"pid": 5002, "slot": 1, "job_id": None, "topic": None, "started_at": None}])
+    register(
+        pg,
+        "host-a:4242:live",
+        ["email.send"],
+        "1 second",
+        [
+            {
+                "pid": 5001,
+                "slot": 0,
+                "job_id": job,
+                "topic": "email.send",
+                "started_at": "2026-01-01T00:00:00+00:00",
+            },
+            {"pid": 5002, "slot": 1, "job_id": None, "topic": None, "started_at": None},
+        ],
+    )
     register(pg, "host-b:99:gone", ["report.build"], "10 minutes", [])
     code, out, _ = brooq("workers")
     assert code == 0
@@ -298,7 +368,8 @@ def test_workers_lists_live_supervisors_and_what_they_run(
 
 
 def test_status_names_topics_with_ready_jobs_and_no_live_worker(
-        brooq: Run, pg: psycopg.Connection[Any]) -> None:
+    brooq: Run, pg: psycopg.Connection[Any]
+) -> None:
     insert(pg, "email.send", "pending")
     insert(pg, "report.build", "pending")
     register(pg, "host-a:1:x", ["email.send"], "1 second", [])
@@ -313,7 +384,8 @@ def test_status_names_topics_with_ready_jobs_and_no_live_worker(
 
 
 def test_no_worker_at_all_lists_every_topic_with_ready_jobs(
-        brooq: Run, pg: psycopg.Connection[Any]) -> None:
+    brooq: Run, pg: psycopg.Connection[Any]
+) -> None:
     insert(pg, "email.send", "pending")
     insert(pg, "later.one", "done")
     _, out, _ = brooq("workers")

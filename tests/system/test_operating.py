@@ -31,8 +31,8 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def test_a_supervisor_registers_shows_its_jobs_and_leaves_at_stop(
-        supervise: Callable[..., Supervisor], dsn: str, pg: psycopg.Connection[Any],
-        tmp_path: Path) -> None:
+    supervise: Callable[..., Supervisor], dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     sup = supervise("--workers", "2")
     sup.wait_children(2)
     (job,) = insert_jobs(pg, "work", [{"sleep": 30}])
@@ -71,11 +71,18 @@ def test_a_supervisor_registers_shows_its_jobs_and_leaves_at_stop(
 
 
 def test_handler_prints_reach_a_redirected_stdout(
-        supervise: Callable[..., Supervisor], pg: psycopg.Connection[Any]) -> None:
+    supervise: Callable[..., Supervisor], pg: psycopg.Connection[Any]
+) -> None:
     # Like `brooq supervise > out.txt`: stdout is a file (block-buffered, no
     # PYTHONUNBUFFERED), and workers recycle after 2 jobs through os._exit.
-    sup = supervise("--workers", "2", "--max-jobs-per-worker", "2", app="sysapp_print:queue",
-                    env={"PYTHONUNBUFFERED": ""})
+    sup = supervise(
+        "--workers",
+        "2",
+        "--max-jobs-per-worker",
+        "2",
+        app="sysapp_print:queue",
+        env={"PYTHONUNBUFFERED": ""},
+    )
     sup.wait_children(2)
     insert_jobs(pg, "shout", [{"n": i} for i in range(9)])
     wait_until(lambda: states(pg) == {"done": 9}, 30, "every job done")

@@ -36,8 +36,9 @@ class Verdict(StrEnum):
 
 
 def _derive(token: str, purpose: str) -> str:
-    return hmac.new(token.encode("utf-8", "surrogateescape"), purpose.encode(),
-                    hashlib.sha256).hexdigest()
+    return hmac.new(
+        token.encode("utf-8", "surrogateescape"), purpose.encode(), hashlib.sha256
+    ).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,7 @@ class Access:
 
     def set_cookie(self) -> str:
         """The Set-Cookie value after a login."""
-        return (f"{COOKIE}={self.session_value()}; Path={COOKIE_PATH}; HttpOnly; "
-                "SameSite=Strict")
+        return f"{COOKIE}={self.session_value()}; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict"
 
     @staticmethod
     def clear_cookie() -> str:
@@ -107,8 +107,7 @@ class Access:
 
     def _cookie_ok(self, request: Request) -> bool:
         given = request.cookies.get(COOKIE, "")
-        return bool(given) and hmac.compare_digest(given.encode(),
-                                                   self.session_value().encode())
+        return bool(given) and hmac.compare_digest(given.encode(), self.session_value().encode())
 
 
 def same_origin(request: Request) -> bool:

@@ -16,8 +16,10 @@ WRITE_TIMEOUT = timedelta(seconds=10)
 
 def postgres_ports(dsn: str) -> DashboardPorts:
     """Inspection and Admin on connections of their own (opened at the first page)."""
-    return DashboardPorts(PostgresInspection(dsn, timeout=READ_TIMEOUT),
-                          PostgresAdmin(dsn, statement_timeout=WRITE_TIMEOUT))
+    return DashboardPorts(
+        PostgresInspection(dsn, timeout=READ_TIMEOUT),
+        PostgresAdmin(dsn, statement_timeout=WRITE_TIMEOUT),
+    )
 
 
 def close_ports(ports: DashboardPorts) -> None:

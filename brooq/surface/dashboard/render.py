@@ -25,8 +25,11 @@ def environment() -> jinja2.Environment:
     """The templates of this package, autoescaped whatever their file name."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("brooq.surface.dashboard", "templates"),
-        autoescape=True, trim_blocks=True, lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined)
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
     env.filters["when"] = when
     env.filters["age"] = age
     env.filters["pretty"] = pretty
@@ -76,10 +79,19 @@ def chart(minutes: Sequence[MinuteCount], width: int = 720, height: int = 160) -
     step = width / max(1, len(minutes) - 1)
 
     def points(values: list[int]) -> str:
-        return " ".join(f"{i * step:.1f},{height - v / peak * (height - 8) - 4:.1f}"
-                        for i, v in enumerate(values))
+        return " ".join(
+            f"{i * step:.1f},{height - v / peak * (height - 8) - 4:.1f}"
+            for i, v in enumerate(values)
+        )
 
-    return Chart(width, height, points([m.done for m in minutes]),
-                 points([m.dead for m in minutes]), peak, sum(m.done for m in minutes),
-                 sum(m.dead for m in minutes), minutes[0].minute if minutes else None,
-                 minutes[-1].minute if minutes else None)
+    return Chart(
+        width,
+        height,
+        points([m.done for m in minutes]),
+        points([m.dead for m in minutes]),
+        peak,
+        sum(m.done for m in minutes),
+        sum(m.dead for m in minutes),
+        minutes[0].minute if minutes else None,
+        minutes[-1].minute if minutes else None,
+    )

@@ -39,15 +39,19 @@ MAX_ROWS_PER_ACTION = 5000
 """A bulk action from the page changes at most this many rows (repeat it for more)."""
 CHART_WINDOW = timedelta(hours=1)
 SECURITY_HEADERS = [
-    ("Content-Security-Policy",
-     "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
-     "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"),
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
     ("X-Frame-Options", "DENY"),
     ("Referrer-Policy", "same-origin"),
 ]
 JOB_ID = r"(?P<job_id>[0-9a-fA-F-]{1,64})"
-STATIC = {"dashboard.css": "text/css; charset=utf-8",
-          "dashboard.js": "text/javascript; charset=utf-8"}
+STATIC = {
+    "dashboard.css": "text/css; charset=utf-8",
+    "dashboard.js": "text/javascript; charset=utf-8",
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,7 @@ class DashboardPorts:
 class Dashboard:
     """The dashboard's routes for one set of ports and one token (None: read-only)."""
 
-    def __init__(self, ports: DashboardPorts, token: str | None, where: str = "supervisor"
-                 ) -> None:
+    def __init__(self, ports: DashboardPorts, token: str | None, where: str = "supervisor") -> None:
         self.ports, self.access, self.where = ports, Access(token or None), where
 
     def routes(self, router: Router) -> Router:
@@ -93,20 +96,32 @@ class Dashboard:
                 response = self._message(request, 503, "Database not migrated", str(exc))
             except StoreUnavailable as exc:
                 log.warning("dashboard: %s", exc, extra={"event": "DatabaseUnavailable"})
-                response = self._message(request, 503, "Database unavailable",
-                                         "the database did not answer; this page retries")
+                response = self._message(
+                    request,
+                    503,
+                    "Database unavailable",
+                    "the database did not answer; this page retries",
+                )
             if response.content_type == HTML:
                 response.headers.extend(SECURITY_HEADERS)
             return response
+
         return serve
 
-    def _render(self, request: Request, template: str, status: int = 200, **context: Any
-                ) -> Response:
+    def _render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> Response:
         verdict = self.access.verdict(request)
-        html = page(template, verdict=str(verdict), can_act=verdict is Verdict.ALLOWED,
-                    csrf=self.access.csrf_for(request) if verdict is Verdict.ALLOWED else "",
-                    where=self.where, path=request.path,
-                    notice=_first(request.query, "notice"), **context)
+        html = page(
+            template,
+            verdict=str(verdict),
+            can_act=verdict is Verdict.ALLOWED,
+            csrf=self.access.csrf_for(request) if verdict is Verdict.ALLOWED else "",
+            where=self.where,
+            path=request.path,
+            notice=_first(request.query, "notice"),
+            **context,
+        )
         return Response(status, html.encode(), [], HTML)
 
     def _message(self, request: Request, status: int, title: str, text: str) -> Response:
@@ -127,33 +142,61 @@ class Dashboard:
         for topic in ready:
             counts.setdefault(topic, dict.fromkeys(STATES, 0))
         served = {t for s in supervisors or [] for t in s.topics}
-        unserved = sorted(t for t in ready if t not in served) if supervisors is not None \
-            else []
+        unserved = sorted(t for t in ready if t not in served) if supervisors is not None else []
         totals = {s: sum(c[s] for c in counts.values()) for s in STATES}
-        return self._render(request, "overview.html", counts=dict(sorted(counts.items())),
-                            states=STATES, totals=totals, ready=ready, unserved=unserved,
-                            supervisors=supervisors, chart=chart(minutes))
+        return self._render(
+            request,
+            "overview.html",
+            counts=dict(sorted(counts.items())),
+            states=STATES,
+            totals=totals,
+            ready=ready,
+            unserved=unserved,
+            supervisors=supervisors,
+            chart=chart(minutes),
+        )
 
     def jobs(self, request: Request) -> Response:
         """A page of jobs under the filters of the query string."""
         try:
             where = query_filter(request.query)
         except InvalidInput as exc:
-            return self._render(request, "jobs.html", 400, error=str(exc), page=None,
-                                total=None, form=_form(request.query), topics=self._topics(),
-                                states=STATES, next_url=None, bulk=None, query="")
+            return self._render(
+                request,
+                "jobs.html",
+                400,
+                error=str(exc),
+                page=None,
+                total=None,
+                form=_form(request.query),
+                topics=self._topics(),
+                states=STATES,
+                next_url=None,
+                bulk=None,
+                query="",
+            )
         listing = self.ports.inspection.list_jobs(where)
         total = self.ports.inspection.count_jobs(where)
         form = _form(request.query)
         next_url = None
         if listing.next is not None:
             next_url = "/ui/jobs?" + urlencode(
-                [*_filter_pairs(request.query), ("after", listing.next.encode())])
+                [*_filter_pairs(request.query), ("after", listing.next.encode())]
+            )
         bulk = str(where.state) if where.state in (*RETRYABLE, *PURGEABLE) else None
-        return self._render(request, "jobs.html", error=None, page=listing, total=total,
-                            form=form, topics=self._topics(), states=STATES,
-                            next_url=next_url, bulk=bulk,
-                            query=urlencode(_filter_pairs(request.query)))
+        return self._render(
+            request,
+            "jobs.html",
+            error=None,
+            page=listing,
+            total=total,
+            form=form,
+            topics=self._topics(),
+            states=STATES,
+            next_url=next_url,
+            bulk=bulk,
+            query=urlencode(_filter_pairs(request.query)),
+        )
 
     def job(self, request: Request) -> Response:
         """One job's whole row."""
@@ -184,15 +227,21 @@ class Dashboard:
         record = self.ports.inspection.job(request.params["job_id"])
         target = f"/ui/jobs/{record.id}"
         if record.state not in RETRYABLE:
-            return redirect(target, f"job is {record.state}: only dead or canceled jobs are "
-                                    "retried")
+            return redirect(
+                target, f"job is {record.state}: only dead or canceled jobs are retried"
+            )
         if not _confirmed(form):
-            return self._confirm(request, f"Retry job {record.id} ({record.topic}, "
-                                          f"{record.state})?", "retry", [])
+            return self._confirm(
+                request, f"Retry job {record.id} ({record.topic}, {record.state})?", "retry", []
+            )
         where = JobFilter(ids=(record.id,), state=State(record.state), limit=1)
         retried = self.ports.admin.retry(where)
-        return redirect(target, "retried: the job is pending again" if retried
-                        else "not retried: the job changed meanwhile")
+        return redirect(
+            target,
+            "retried: the job is pending again"
+            if retried
+            else "not retried: the job changed meanwhile",
+        )
 
     def cancel_one(self, request: Request) -> Response:
         """Cancel one job that is not terminal (a running handler is interrupted)."""
@@ -202,11 +251,13 @@ class Dashboard:
         record = self.ports.inspection.job(request.params["job_id"])
         target = f"/ui/jobs/{record.id}"
         if not _confirmed(form):
-            return self._confirm(request, f"Cancel job {record.id} ({record.topic}, "
-                                          f"{record.state})?", "cancel", [])
+            return self._confirm(
+                request, f"Cancel job {record.id} ({record.topic}, {record.state})?", "cancel", []
+            )
         canceled = self.ports.admin.cancel(record.id, "canceled from the dashboard")
-        return redirect(target, "canceled" if canceled
-                        else f"not canceled: the job is already {record.state}")
+        return redirect(
+            target, "canceled" if canceled else f"not canceled: the job is already {record.state}"
+        )
 
     def retry_filtered(self, request: Request) -> Response:
         """Retry every dead (or canceled) job the posted filters match."""
@@ -222,22 +273,30 @@ class Dashboard:
             return refused
         pairs = [(k, v) for k in ("topic", "state", "since", "until") for v in form.get(k, [])]
         try:
-            where = query_filter({k: [v for kk, v in pairs if kk == k] for k, _ in pairs},
-                                 states=states)
+            where = query_filter(
+                {k: [v for kk, v in pairs if kk == k] for k, _ in pairs}, states=states
+            )
         except InvalidInput as exc:
             return self._message(request, 400, "Bad filter", str(exc))
         if where.state is None:
-            return self._message(request, 400, "Bad filter",
-                                 f"{action} needs a state: one of "
-                                 + ", ".join(str(s) for s in states))
+            return self._message(
+                request,
+                400,
+                "Bad filter",
+                f"{action} needs a state: one of " + ", ".join(str(s) for s in states),
+            )
         where = replace(where, limit=MAX_ROWS_PER_ACTION, after=None)
         back = "/ui/jobs?" + urlencode(pairs)
         if not _confirmed(form):
             count = self.ports.inspection.count_jobs(replace(where, limit=0))
             verb = "Retry" if action == "retry" else "Delete"
-            return self._confirm(request, f"{verb} {count} {where.state} job"
-                                 f"{'s' * (count != 1)} matching this filter?", action, pairs,
-                                 count=count)
+            return self._confirm(
+                request,
+                f"{verb} {count} {where.state} job{'s' * (count != 1)} matching this filter?",
+                action,
+                pairs,
+                count=count,
+            )
         if action == "retry":
             done = len(self.ports.admin.retry(where))
             note = f"retried {done} job{'s' * (done != 1)}"
@@ -248,19 +307,36 @@ class Dashboard:
             note += f" (at most {MAX_ROWS_PER_ACTION} per click: repeat for the rest)"
         return redirect(back, note)
 
-    def _confirm(self, request: Request, question: str, action: str,
-                 pairs: list[tuple[str, str]], count: int | None = None) -> Response:
-        return self._render(request, "confirm.html", question=question, action=request.path,
-                            verb=action, pairs=pairs, count=count,
-                            back=request.header("referer") or "/ui")
+    def _confirm(
+        self,
+        request: Request,
+        question: str,
+        action: str,
+        pairs: list[tuple[str, str]],
+        count: int | None = None,
+    ) -> Response:
+        return self._render(
+            request,
+            "confirm.html",
+            question=question,
+            action=request.path,
+            verb=action,
+            pairs=pairs,
+            count=count,
+            back=request.header("referer") or "/ui",
+        )
 
     def login(self, request: Request) -> Response:
         """The token login: a form, and on POST the session cookie."""
         if request.method == "GET":
             return self._render(request, "login.html", error=None)
         if not self.access.token:
-            return self._message(request, 403, "Read-only",
-                                 "no BROOQ_TOKEN is configured: there is nothing to log in to")
+            return self._message(
+                request,
+                403,
+                "Read-only",
+                "no BROOQ_TOKEN is configured: there is nothing to log in to",
+            )
         given = (request.form().get("token") or [""])[0]
         if not self.access.login_ok(given):
             return self._render(request, "login.html", 401, error="wrong token")
@@ -275,9 +351,11 @@ class Dashboard:
         return response
 
 
-def query_filter(query: dict[str, list[str]], states: tuple[State, ...] = tuple(State)
-                 ) -> JobFilter:
+def query_filter(
+    query: dict[str, list[str]], states: tuple[State, ...] = tuple(State)
+) -> JobFilter:
     """The JobFilter of a query string or form; InvalidInput for any bad value."""
+
     def one(name: str) -> str | None:
         value = (query.get(name) or [""])[0].strip()
         return value or None
@@ -285,20 +363,33 @@ def query_filter(query: dict[str, list[str]], states: tuple[State, ...] = tuple(
     limit = one("limit")
     if limit is not None and not limit.isdigit():
         raise InvalidInput(f"limit {limit!r}: give a positive number")
-    return filter_of(topics=[t for v in query.get("topic", []) for t in v.split(",")],
-                     state=one("state"), since=one("since"), until=one("until"),
-                     limit=int(limit) if limit else None, after=one("after"), states=states,
-                     default_limit=50, flag="")
+    return filter_of(
+        topics=[t for v in query.get("topic", []) for t in v.split(",")],
+        state=one("state"),
+        since=one("since"),
+        until=one("until"),
+        limit=int(limit) if limit else None,
+        after=one("after"),
+        states=states,
+        default_limit=50,
+        flag="",
+    )
 
 
 def _filter_pairs(query: dict[str, list[str]]) -> list[tuple[str, str]]:
-    return [(k, v) for k in ("topic", "state", "since", "until", "limit")
-            for v in query.get(k, []) if v.strip()]
+    return [
+        (k, v)
+        for k in ("topic", "state", "since", "until", "limit")
+        for v in query.get(k, [])
+        if v.strip()
+    ]
 
 
 def _form(query: dict[str, list[str]]) -> dict[str, Any]:
-    return {"topics": [t for v in query.get("topic", []) for t in v.split(",") if t],
-            **{k: (query.get(k) or [""])[0] for k in ("state", "since", "until", "limit")}}
+    return {
+        "topics": [t for v in query.get("topic", []) for t in v.split(",") if t],
+        **{k: (query.get(k) or [""])[0] for k in ("state", "since", "until", "limit")},
+    }
 
 
 def _first(query: dict[str, list[str]], name: str) -> str | None:
