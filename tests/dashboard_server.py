@@ -36,8 +36,13 @@ class Served:
         """``http://host:port``."""
         return f"http://{self.address}"
 
-    def request(self, method: str, path: str, form: dict[str, str] | None = None,
-                headers: dict[str, str] | None = None) -> Answer:
+    def request(
+        self,
+        method: str,
+        path: str,
+        form: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Answer:
         """One request (a form is sent urlencoded); redirects are not followed."""
         host, port = self.address.rsplit(":", 1)
         conn = http.client.HTTPConnection(host, int(port), timeout=10)

@@ -32,13 +32,19 @@ def read_only(dsn: str) -> Iterator[Served]:
         yield served
 
 
-def insert(pg: psycopg.Connection[Any], topic: str, state: str, payload: str = "{}",
-           error: str | None = None) -> str:
+def insert(
+    pg: psycopg.Connection[Any],
+    topic: str,
+    state: str,
+    payload: str = "{}",
+    error: str | None = None,
+) -> str:
     locked = "'h:1:x', now() + interval '1 minute'" if state == "processing" else "NULL, NULL"
     row = pg.execute(
         "INSERT INTO job (topic, payload, state, attempts, last_error, locked_by, locked_until) "
         f"VALUES (%s, %s::jsonb, %s, 2, %s, {locked}) RETURNING id::text",
-        (topic, payload, state, error)).fetchone()
+        (topic, payload, state, error),
+    ).fetchone()
     assert row is not None
     return str(row[0])
 
@@ -61,8 +67,9 @@ def csrf_of(html: str) -> str:
     return match[1]
 
 
-def test_root_redirects_to_ui_and_pages_answer(read_only: Served,
-                                              pg: psycopg.Connection[Any]) -> None:
+def test_root_redirects_to_ui_and_pages_answer(
+    read_only: Served, pg: psycopg.Connection[Any]
+) -> None:
     job = insert(pg, "email.send", "dead", error="ValueError: boom")
     answer = read_only.request("GET", "/")
     assert answer.status == 303 and answer.headers["Location"] == "/ui"
@@ -99,14 +106,17 @@ def test_a_script_payload_is_text(read_only: Served, pg: psycopg.Connection[Any]
     assert "&lt;script&gt;alert(3)&lt;/script&gt;" in page
 
 
-def test_read_only_refuses_every_action_with_403(read_only: Served,
-                                                 pg: psycopg.Connection[Any]) -> None:
+def test_read_only_refuses_every_action_with_403(
+    read_only: Served, pg: psycopg.Connection[Any]
+) -> None:
     dead = insert(pg, "email.send", "dead")
     bearer = {"Authorization": f"Bearer {TOKEN}"}
-    for path, form in ((f"/ui/jobs/{dead}/retry", {"confirm": "yes"}),
-                       (f"/ui/jobs/{dead}/cancel", {"confirm": "yes"}),
-                       ("/ui/jobs/retry", {"state": "dead", "confirm": "yes"}),
-                       ("/ui/jobs/purge", {"state": "dead", "confirm": "yes"})):
+    for path, form in (
+        (f"/ui/jobs/{dead}/retry", {"confirm": "yes"}),
+        (f"/ui/jobs/{dead}/cancel", {"confirm": "yes"}),
+        ("/ui/jobs/retry", {"state": "dead", "confirm": "yes"}),
+        ("/ui/jobs/purge", {"state": "dead", "confirm": "yes"}),
+    ):
         answer = read_only.request("POST", path, form, bearer)
         assert answer.status == 403 and "read-only" in answer.body, path
     assert state_of(pg, dead) == "dead"
@@ -116,8 +126,12 @@ def test_without_a_session_actions_are_401(guarded: Served, pg: psycopg.Connecti
     dead = insert(pg, "email.send", "dead")
     answer = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"confirm": "yes"})
     assert answer.status == 401
-    wrong = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"confirm": "yes"},
-                            {"Authorization": "Bearer not-the-token"})
+    wrong = guarded.request(
+        "POST",
+        f"/ui/jobs/{dead}/retry",
+        {"confirm": "yes"},
+        {"Authorization": "Bearer not-the-token"},
+    )
     assert wrong.status == 401
     assert guarded.request("POST", "/ui/login", {"token": "nope"}).status == 401
     assert state_of(pg, dead) == "dead"
@@ -135,28 +149,37 @@ def test_login_cookie_is_httponly_strict_and_never_the_token(guarded: Served) ->
 
 
 def test_a_cookie_session_needs_the_csrf_token_and_the_same_origin(
-        guarded: Served, pg: psycopg.Connection[Any]) -> None:
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
     dead = insert(pg, "email.send", "dead")
     cookie = {"Cookie": login(guarded)}
     no_csrf = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"confirm": "yes"}, cookie)
     assert no_csrf.status == 403 and "CSRF" in no_csrf.body
     page = guarded.request("GET", f"/ui/jobs/{dead}", headers=cookie).body
     csrf = csrf_of(page)
-    foreign = guarded.request("POST", f"/ui/jobs/{dead}/retry",
-                              {"confirm": "yes", "csrf": csrf},
-                              {**cookie, "Origin": "http://evil.example"})
+    foreign = guarded.request(
+        "POST",
+        f"/ui/jobs/{dead}/retry",
+        {"confirm": "yes", "csrf": csrf},
+        {**cookie, "Origin": "http://evil.example"},
+    )
     assert foreign.status == 403
     assert state_of(pg, dead) == "dead"
     # The first post asks for confirmation; the confirmed one retries.
     asked = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"csrf": csrf}, cookie)
     assert asked.status == 200 and "Retry job" in asked.body and state_of(pg, dead) == "dead"
-    done = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"csrf": csrf, "confirm": "yes"},
-                           {**cookie, "Origin": guarded.url})
+    done = guarded.request(
+        "POST",
+        f"/ui/jobs/{dead}/retry",
+        {"csrf": csrf, "confirm": "yes"},
+        {**cookie, "Origin": guarded.url},
+    )
     assert done.status == 303 and state_of(pg, dead) == "pending"
 
 
 def test_retry_from_the_page_never_touches_a_live_row(
-        guarded: Served, pg: psycopg.Connection[Any]) -> None:
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     for state in ("pending", "failed", "processing", "done"):
         job = insert(pg, "email.send", state)
@@ -167,23 +190,26 @@ def test_retry_from_the_page_never_touches_a_live_row(
 
 
 def test_bulk_retry_and_purge_follow_the_filter_and_the_guards(
-        guarded: Served, pg: psycopg.Connection[Any]) -> None:
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     dead = [insert(pg, "email.send", "dead") for _ in range(3)]
     other = insert(pg, "report.build", "dead")
     live = insert(pg, "email.send", "pending")
-    asked = guarded.request("POST", "/ui/jobs/retry", {"state": "dead", "topic": "email.send"},
-                            bearer)
+    asked = guarded.request(
+        "POST", "/ui/jobs/retry", {"state": "dead", "topic": "email.send"}, bearer
+    )
     assert asked.status == 200 and "Retry 3 dead jobs" in asked.body
-    done = guarded.request("POST", "/ui/jobs/retry",
-                           {"state": "dead", "topic": "email.send", "confirm": "yes"}, bearer)
+    done = guarded.request(
+        "POST", "/ui/jobs/retry", {"state": "dead", "topic": "email.send", "confirm": "yes"}, bearer
+    )
     assert done.status == 303 and "retried+3+jobs" in done.headers["Location"]
     assert {state_of(pg, j) for j in dead} == {"pending"} and state_of(pg, other) == "dead"
-    refused = guarded.request("POST", "/ui/jobs/purge", {"state": "pending", "confirm": "yes"},
-                              bearer)
+    refused = guarded.request(
+        "POST", "/ui/jobs/purge", {"state": "pending", "confirm": "yes"}, bearer
+    )
     assert refused.status == 400
-    purged = guarded.request("POST", "/ui/jobs/purge", {"state": "dead", "confirm": "yes"},
-                             bearer)
+    purged = guarded.request("POST", "/ui/jobs/purge", {"state": "dead", "confirm": "yes"}, bearer)
     assert purged.status == 303 and state_of(pg, other) is None
     assert state_of(pg, live) == "pending" and {state_of(pg, j) for j in dead} == {"pending"}
 

@@ -22,10 +22,17 @@ def fake_supervisor(store: PostgresStore) -> Any:
     busy = SimpleNamespace(pid=101, slot=0, job=SimpleNamespace(claimed=claimed, started=0.0))
     idle = SimpleNamespace(pid=102, slot=1, job=None)
     return SimpleNamespace(
-        store=store, db=SimpleNamespace(writes=InlineDatabase()), holder="host-a:77:abc",
-        name="app:queue", stopping=None, children={101: busy, 102: idle},
-        slots=[SimpleNamespace(topics=["email.send", "report"]),
-               SimpleNamespace(topics=["email.send"])])
+        store=store,
+        db=SimpleNamespace(writes=InlineDatabase()),
+        holder="host-a:77:abc",
+        name="app:queue",
+        stopping=None,
+        children={101: busy, 102: idle},
+        slots=[
+            SimpleNamespace(topics=["email.send", "report"]),
+            SimpleNamespace(topics=["email.send"]),
+        ],
+    )
 
 
 def rows(pg: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
@@ -34,10 +41,14 @@ def rows(pg: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_run_once_registers_when_due_and_expires_dead_supervisors(
-        pg_store: PostgresStore, pg: psycopg.Connection[Any]) -> None:
+    pg_store: PostgresStore, pg: psycopg.Connection[Any]
+) -> None:
     expired = EXPIRE_AFTER.total_seconds() + 5
-    pg.execute("INSERT INTO brooq_supervisor (holder, host, pid, seen_at) "
-               "VALUES ('gone:1:x', 'gone', 1, now() - %s * interval '1 second')", (expired,))
+    pg.execute(
+        "INSERT INTO brooq_supervisor (holder, host, pid, seen_at) "
+        "VALUES ('gone:1:x', 'gone', 1, now() - %s * interval '1 second')",
+        (expired,),
+    )
     sup = fake_supervisor(pg_store)
     registration = Registration(sup)
     registration.run_once(1000.0)
@@ -47,7 +58,9 @@ def test_run_once_registers_when_due_and_expires_dead_supervisors(
     assert mine["topics"] == ["email.send", "report"] and mine["app"] == "app:queue"
     workers = mine["workers"] if isinstance(mine["workers"], list) else json.loads(mine["workers"])
     assert [(w["pid"], w["job_id"], w["topic"]) for w in workers] == [
-        (101, "0190f4c4-7a55-7c1e-8f00-000000000001", "email.send"), (102, None, None)]
+        (101, "0190f4c4-7a55-7c1e-8f00-000000000001", "email.send"),
+        (102, None, None),
+    ]
     assert workers[0]["started_at"] is not None
     assert sup.db.writes.ran == ["register"]
     registration.run_once(1000.0 + PERIOD.total_seconds() / 2)  # not due yet
@@ -57,7 +70,8 @@ def test_run_once_registers_when_due_and_expires_dead_supervisors(
 
 
 def test_a_clean_stop_deletes_the_row_once_no_worker_is_left(
-        pg_store: PostgresStore, pg: psycopg.Connection[Any]) -> None:
+    pg_store: PostgresStore, pg: psycopg.Connection[Any]
+) -> None:
     sup = fake_supervisor(pg_store)
     registration = Registration(sup)
     registration.run_once(1.0)
@@ -72,13 +86,16 @@ def test_a_clean_stop_deletes_the_row_once_no_worker_is_left(
 
 
 def test_an_unmigrated_table_warns_once_and_jobs_go_on(
-        pg_store: PostgresStore, pg: psycopg.Connection[Any],
-        caplog: pytest.LogCaptureFixture) -> None:
+    pg_store: PostgresStore, pg: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
+) -> None:
     pg.execute("DROP TABLE brooq_supervisor")
     sup = fake_supervisor(pg_store)
     registration = Registration(sup)
     registration.run_once(1.0)
     registration.run_once(100.0)
-    warned = [r for r in caplog.records if "RegistrationFailed" in r.getMessage()
-              or getattr(r, "event", "") == "RegistrationFailed"]
+    warned = [
+        r
+        for r in caplog.records
+        if "RegistrationFailed" in r.getMessage() or getattr(r, "event", "") == "RegistrationFailed"
+    ]
     assert len(warned) == 1

@@ -66,6 +66,9 @@ class Chart:
     height: int
     done_points: str
     dead_points: str
+    done_area: str
+    """The done line closed along the x axis: a filled area, so an equal dead line
+    drawn over it never hides it."""
     peak: int
     done_total: int
     dead_total: int
