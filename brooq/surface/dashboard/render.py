@@ -87,11 +87,13 @@ def chart(minutes: Sequence[MinuteCount], width: int = 720, height: int = 160) -
             for i, v in enumerate(values)
         )
 
+    done = points([m.done for m in minutes])
     return Chart(
         width,
         height,
-        points([m.done for m in minutes]),
+        done,
         points([m.dead for m in minutes]),
+        f"0,{height} {done} {step * max(0, len(minutes) - 1):.1f},{height}",
         peak,
         sum(m.done for m in minutes),
         sum(m.dead for m in minutes),
