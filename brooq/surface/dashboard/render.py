@@ -33,6 +33,7 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = when
     env.filters["age"] = age
     env.filters["pretty"] = pretty
+    env.filters["ago"] = ago
     return env
 
 
@@ -51,6 +52,13 @@ def age(seconds: float | None) -> str:
     if seconds is None:
         return "—"
     return format_duration(timedelta(seconds=round(max(0.0, seconds)))) if seconds >= 1 else "0s"
+
+
+def ago(value: datetime | None) -> str:
+    """How long ago ``value`` was, as ``1m30s`` ("—" for none)."""
+    if value is None:
+        return "—"
+    return age((datetime.now(UTC) - value).total_seconds())
 
 
 def pretty(value: Any) -> str:
