@@ -13,7 +13,10 @@ from brooq.config.settings import SUPERVISE, WORK
 from brooq.vocabulary import StoreUnavailable
 
 SUPERVISOR_CONNECTIONS = 3
-"""Connections a supervisor opens for itself (loop, LISTEN, HTTP), whatever its workers."""
+"""Connections a supervisor opens for itself, whatever its workers: two database lanes, LISTEN."""
+SURFACE_CONNECTIONS = 4
+"""More when HTTP_ADDR is on: job endpoints, metrics gauges, the dashboard's reads and writes
+(each opened at its first request)."""
 
 
 def register(sub: Any) -> None:
@@ -70,12 +73,12 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
     return InProcessSlot(queue, settings, dsn, options).run()
 
 
-def preflight(dsn: str, workers: int) -> None:
+def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None:
     """Refuse to start on an unmigrated database, or with more workers than it can connect.
 
     A database that does not answer yet is no reason to refuse: the workers
     wait for it. Each worker opens a connection only for jobs with effects,
-    but all of them may, so ``workers`` + the supervisor's own must fit.
+    but all of them may, so ``workers`` + the supervisor's ``own`` must fit.
     """
     from brooq.postgres.preflight import check_schema, connection_room
 
@@ -84,13 +87,13 @@ def preflight(dsn: str, workers: int) -> None:
         room = connection_room(dsn) if workers else None
     except StoreUnavailable:
         return
-    if room is not None and workers + SUPERVISOR_CONNECTIONS > room.free:
+    if room is not None and workers + own > room.free:
         raise UsageError(
-            f"--workers {workers} may need {workers + SUPERVISOR_CONNECTIONS} connections "
-            f"({workers} workers + {SUPERVISOR_CONNECTIONS} of the supervisor), but the database "
+            f"--workers {workers} may need {workers + own} connections "
+            f"({workers} workers + {own} of the supervisor), but the database "
             f"accepts {room.free} more (max_connections {room.max_connections}, "
             f"{room.reserved} reserved, {room.in_use} in use): lower --workers to at most "
-            f"{max(0, room.free - SUPERVISOR_CONNECTIONS)} or raise max_connections")
+            f"{max(0, room.free - own)} or raise max_connections")
 
 
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
@@ -115,5 +118,6 @@ def supervise(args: argparse.Namespace, settings: Settings, queue: Any) -> int:
     topics = served(settings, queue.registry.topics())
     slots = parse_slots(settings.workers, topics, queue.registry.topics())
     dsn = app_dsn(settings, queue)
-    preflight(dsn, workers=len(slots))
+    own = SUPERVISOR_CONNECTIONS + (SURFACE_CONNECTIONS if settings.http_addr else 0)
+    preflight(dsn, workers=len(slots), own=own)
     return Supervisor(queue, settings, slots, dsn, name=args.app, metrics=Metrics()).run()
