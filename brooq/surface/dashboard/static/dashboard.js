@@ -4,6 +4,7 @@
   var PERIOD_MS = 5000;
   var KEY = "brooq-refresh-paused";
   var button, label, timer = null;
+  var edited = false; // a filter changed but not applied: a refresh would undo it
 
   function paused() { return window.localStorage.getItem(KEY) === "1"; }
 
@@ -17,7 +18,7 @@
 
   function refresh() {
     var main = document.querySelector("main[data-live]");
-    if (!main || paused() || document.hidden) { return; }
+    if (!main || paused() || document.hidden || edited) { return; }
     if (document.activeElement && main.contains(document.activeElement) &&
         /^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName)) { return; }
     fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
@@ -39,6 +40,11 @@
       window.localStorage.setItem(KEY, paused() ? "0" : "1");
       show();
     });
+    var main = document.querySelector("main[data-live]");
+    if (main) {
+      main.addEventListener("input", function () { edited = true; });
+      main.addEventListener("change", function () { edited = true; });
+    }
     show();
     timer = window.setInterval(refresh, PERIOD_MS);
   });
