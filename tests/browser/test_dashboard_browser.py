@@ -3,6 +3,7 @@ without it, a ``<script>`` payload shown as text, and a screenshot of each page.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -211,3 +212,25 @@ def test_a_script_payload_is_shown_as_text(
     browser.get(f"{guarded.url}/ui/jobs?topic=payload.test")
     assert browser.execute_script("return window.__pwned === undefined")
     shot(browser, tmp_path, "script-payload")
+
+
+def test_the_overview_refreshes_itself_until_paused(
+    browser: webdriver.Chrome, guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
+    seed(pg)
+    browser.get(f"{guarded.url}/ui")
+    pg.execute("INSERT INTO job (topic, payload) VALUES ('late.topic', '{}')")
+    WebDriverWait(browser, 12).until(
+        ec.presence_of_element_located((By.CSS_SELECTOR, 'tr[data-topic="late.topic"]'))
+    )
+    browser.find_element(By.ID, "live-toggle").click()
+    pg.execute("INSERT INTO job (topic, payload) VALUES ('paused.topic', '{}')")
+    browser.implicitly_wait(0)
+    WebDriverWait(browser, 8, poll_frequency=0.5).until_not(
+        lambda b: "paused" not in b.find_element(By.ID, "live-state").text
+    )
+    time.sleep(6)  # longer than one refresh period
+    assert not browser.find_elements(By.CSS_SELECTOR, 'tr[data-topic="paused.topic"]')
+    browser.refresh()  # a paused page is still reloaded by hand, and stays paused
+    assert browser.find_elements(By.CSS_SELECTOR, 'tr[data-topic="paused.topic"]')
+    assert browser.find_element(By.ID, "live-state").text == "refresh paused"
