@@ -7,8 +7,13 @@ origin; the login cookie is HttpOnly and SameSite=Strict.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote_plus
 
@@ -16,6 +21,7 @@ import psycopg
 import pytest
 
 from tests.dashboard_server import TOKEN, Served, serve_dashboard
+from tests.system.harness import PYTHONPATH, free_port
 
 pytestmark = pytest.mark.db
 
@@ -219,3 +225,30 @@ def test_cancel_from_the_page(guarded: Served, pg: psycopg.Connection[Any]) -> N
     job = insert(pg, "email.send", "pending")
     answer = guarded.request("POST", f"/ui/jobs/{job}/cancel", {"confirm": "yes"}, bearer)
     assert answer.status == 303 and state_of(pg, job) == "canceled"
+
+
+def test_brooq_dashboard_serves_alone_and_stops_on_sigterm(
+    dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    insert(pg, "email.send", "dead")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "BROOQ_", "HTTP_"))}
+    env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "brooq.cli", "dashboard", "--http-addr", f"127.0.0.1:{port}"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert f"http://127.0.0.1:{port}/ui" in line and "read-only" in line
+        served = Served(f"127.0.0.1:{port}")
+        page = served.request("GET", "/ui")
+        assert page.status == 200 and "email.send" in page.body
+        assert "served by the brooq dashboard" in page.body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
