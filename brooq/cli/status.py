@@ -215,6 +215,12 @@ def render_workers(rows: list[dict[str, Any]] | None, unserved: list[str] | None
     for r in rows:
         lines.append(f"  {safe(r['holder'])}  {len(r['workers'])} workers  "
                      f"topics {safe(','.join(r['topics']))}")
+        for w in r["workers"]:
+            if w["job_id"]:
+                elapsed = w["elapsed_s"]
+                lines.append(f"    worker {w['slot']} pid {w['pid']}: job {safe(w['job_id'])} "
+                             f"({safe(w['topic'] or '')})"
+                             + (f" for {elapsed:.0f}s" if elapsed is not None else ""))
     if unserved:
         lines.append("NO LIVE WORKER serves these topics with ready jobs: "
                      + ", ".join(safe(t) for t in unserved))

@@ -372,10 +372,14 @@ def test_status_names_topics_with_ready_jobs_and_no_live_worker(
 ) -> None:
     insert(pg, "email.send", "pending")
     insert(pg, "report.build", "pending")
-    register(pg, "host-a:1:x", ["email.send"], "1 second", [])
+    running = insert(pg, "email.send", "processing")[0]
+    register(pg, "host-a:1:x", ["email.send"], "1 second", [
+        {"pid": 7, "slot": 0, "job_id": running, "topic": "email.send",
+         "started_at": "2026-01-01T00:00:00+00:00"}])
     register(pg, "host-b:1:y", ["report.build"], "10 minutes", [])  # dead: does not count
     _, out, _ = brooq("status")
-    assert "workers: 0 in 1 supervisor" in out
+    assert "workers: 1 in 1 supervisor, 1 busy" in out
+    assert f"worker 0 pid 7: job {running} (email.send) for " in out
     assert "NO LIVE WORKER serves these topics with ready jobs: report.build" in out
     _, out, _ = brooq("status", "--json")
     snap = json.loads(out)
