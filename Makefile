@@ -50,10 +50,11 @@ chaos: dev
 	@if [ -z "$$TEST_DATABASE_URL" ]; then scripts/pg.sh up; fi
 	CHAOS_SIZE=$${CHAOS_SIZE:-full} $(PY) -m tests.chaos.report --update-doc
 
-## lint: ruff and mypy --strict
+## lint: ruff check, ruff format --check and mypy --strict on brooq and tests
 lint: dev
 	$(VENV)/bin/ruff check brooq tests benchmarks
-	$(VENV)/bin/mypy --strict brooq
+	$(VENV)/bin/ruff format --check brooq tests benchmarks
+	$(VENV)/bin/mypy --strict brooq tests
 
 ## demo: local database, migrations, a few hundred demo jobs through real workers, a table of
 ##   outcomes, then commands to paste (brooq status, jobs list, dashboard)

@@ -49,7 +49,8 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = ["enqueue", "bulk", "drain", "raw", "cpu", "priorities", "latency", "claim_cost",
          "retention"]
-GROUP_ORDER = [enqueue.GROUP_SINGLE, enqueue.GROUP_BULK, drain.GROUP, drain.PRIORITY_GROUP,
+GROUP_ORDER = [enqueue.GROUP_SINGLE, enqueue.GROUP_BULK, drain.GROUP, drain.CONNECTIONS_GROUP,
+               drain.PRIORITY_GROUP,
                "CPU per 1,000 jobs (drain at the largest worker count)", latency.GROUP,
                claim_cost.GROUP, retention.GROUP, peers.GROUP]
 

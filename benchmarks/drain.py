@@ -16,6 +16,7 @@ rotates from round to round, so a noisy minute hits both.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from benchmarks.harness import Context, SupervisorProcess, load_ready_jobs, wait
 
 GROUP = "drain (no-op jobs loaded into idle workers, timed until all done)"
 PRIORITY_GROUP = "claim with priorities (issue 8)"
+CONNECTIONS_GROUP = "connections (most held at once during the drain; no-effect jobs)"
 CPU_MODES = {"two": "raw floor P={p}", "fused": "raw fused P={p}"}
 
 
@@ -39,6 +41,35 @@ class Drained:
     seconds: float
     cpu: CpuUsage
     deadlocks: int
+    connections: int
+    """The most PostgreSQL connections the supervisor and its workers held at once."""
+
+
+class ConnectionSampler:
+    """Counts, every 20 ms on its own connection, the client backends of the database
+    other than the benchmark's own (``exclude``); keeps the highest count."""
+
+    def __init__(self, dsn: str, exclude: set[int]) -> None:
+        self.dsn, self.exclude, self.most = dsn, exclude, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ConnectionSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            mine = {conn.info.backend_pid, *self.exclude}
+            while not self._stop.wait(0.02):
+                pids = {pid for (pid,) in conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND backend_type = 'client backend'")}
+                self.most = max(self.most, len(pids - mine))
 
 
 def brooq_drain(ctx: Context, dsn: str, workers: int, jobs: int, *, mixed: bool = False,
@@ -57,14 +88,15 @@ def brooq_drain(ctx: Context, dsn: str, workers: int, jobs: int, *, mixed: bool 
             started = probe.started = time.perf_counter()
             spy = profile.start(ctx, profile_to, sup.pid, children) if profile_to else None
             try:
-                seconds = wait_done(conn, jobs, started, alive=sup.alive)
+                with ConnectionSampler(dsn, {conn.info.backend_pid}) as sampler:
+                    seconds = wait_done(conn, jobs, started, alive=sup.alive)
             finally:
                 if spy is not None:
                     spy.stop(ctx, jobs)
             usage = probe.finish()
             sup.stop()
             probe.read_wal(usage)
-        return Drained(seconds, usage, sup.log_count(b"deadlock detected"))
+        return Drained(seconds, usage, sup.log_count(b"deadlock detected"), sampler.most)
     finally:
         sup.stop()
 
@@ -77,6 +109,10 @@ def _brooq(ctx: Context, round_no: int, n: int) -> None:
     ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n}", result.deadlocks)
     ctx.results.add(f"drain.brooq.N{n}", jobs / result.seconds, round_no=round_no, group=GROUP,
                     label=f"brooq supervise --workers {n} ({jobs:,} jobs)", unit="jobs/s")
+    ctx.results.add(f"connections.brooq.N{n}", result.connections, round_no=round_no,
+                    group=CONNECTIONS_GROUP,
+                    label=f"brooq --workers {n}: PostgreSQL connections held while draining",
+                    unit="connections")
     if biggest:
         cpu.record(ctx, round_no, "brooq", f"brooq N={n}", result.cpu, jobs)
 

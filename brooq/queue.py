@@ -6,17 +6,14 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
-
-import psycopg
-from psycopg_pool import ConnectionPool
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from brooq.engine.kinds import Handler, Registry
 from brooq.engine.periodic import check_schedule
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
 from brooq.postgres.enqueue import enqueue_on_async
-from brooq.postgres.store import PostgresStore
+from brooq.postgres.store import PostgresStore, is_database_source
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
@@ -28,6 +25,10 @@ from brooq.vocabulary import (
     coerce_duration,
     holder_id,
 )
+
+if TYPE_CHECKING:  # the types of the sources a Queue takes; psycopg itself stays in postgres/
+    import psycopg
+    from psycopg_pool import ConnectionPool
 
 H = TypeVar("H", bound=Handler)
 DRAIN_LEASE = timedelta(minutes=5)
@@ -74,10 +75,10 @@ class Queue:
         self.registry = Registry(defaults) if defaults else Registry()
         self.schedules: list[Schedule] = []
         self._store: Store | None = None
-        if isinstance(source, str | ConnectionPool | psycopg.Connection):
+        if is_database_source(source):
             self._store = PostgresStore(source, notify=notify, max_payload_bytes=max_payload_bytes)
         elif source is not None:
-            self._store = source
+            self._store = cast(Store, source)  # what is left of the union
 
     @classmethod
     def from_settings(cls, **options: Any) -> Queue:

@@ -195,3 +195,39 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if os.environ.get("CI") and _skipped:
         sys.stderr.write("\nCI forbids skipped tests; skipped:\n  " + "\n  ".join(_skipped) + "\n")
         session.exitstatus = 1
+
+
+# --- tiers: the folder a test lives in is its tier (tests/README.md) -----------------------
+
+TIERS: dict[str, tuple[str, ...]] = {
+    "unit": ("unit",),
+    "deploy": ("deploy",),
+    "integration": ("integration", "db"),
+    "system": ("system", "db"),
+    "chaos": ("chaos", "system", "db"),
+}
+"""The markers each folder's tests get, so ``pytest -m "not db"`` needs no database."""
+DATABASE_FIXTURES = {"server_url", "admin_url", "admin", "template_db", "dsn", "empty_dsn", "pg",
+                     "pg_store"}
+"""Fixtures that reach PostgreSQL: a test below a database-free tier may not ask for them."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its folder's tier; refuse database fixtures in database-free tiers."""
+    root = Path(__file__).resolve().parent
+    misplaced = []
+    for item in items:
+        try:
+            tier = item.path.resolve().relative_to(root).parts[0]
+        except ValueError:
+            continue
+        for marker in TIERS.get(tier, ()):
+            item.add_marker(marker)
+        callspec = getattr(item, "callspec", None)
+        parametrized = set(callspec.params) if callspec is not None else set()
+        used = DATABASE_FIXTURES & (set(getattr(item, "fixturenames", ())) - parametrized)
+        if "db" not in TIERS.get(tier, ("db",)) and used:
+            misplaced.append(f"{item.nodeid} uses {sorted(used)}")
+    if misplaced:
+        raise pytest.UsageError("database fixtures in a database-free tier (move the test to "
+                                "tests/integration):\n  " + "\n  ".join(misplaced))

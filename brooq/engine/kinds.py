@@ -40,6 +40,8 @@ class Registry:
     def __init__(self, defaults: KindOptions = BUILTIN_KIND_DEFAULTS) -> None:
         self._kinds: dict[str, Kind] = {}
         self._defaults = defaults.with_defaults(BUILTIN_KIND_DEFAULTS)
+        self._complete: dict[str, KindOptions] = {}
+        """Each topic's options completed with the defaults (asked for on every job)."""
 
     @property
     def defaults(self) -> KindOptions:
@@ -52,6 +54,7 @@ class Registry:
         for kind in self._kinds.values():
             kind.options.with_defaults(complete)
         self._defaults = complete
+        self._complete.clear()
 
     def register(self, topic: str, handler: Handler, options: KindOptions) -> Kind:
         """Add a kind; raises if the topic is taken or the options conflict with the defaults."""
@@ -74,7 +77,11 @@ class Registry:
 
     def options(self, topic: str) -> KindOptions:
         """The complete options of ``topic``: its own, then the defaults."""
-        return self.get(topic).options.with_defaults(self._defaults)
+        complete = self._complete.get(topic)
+        if complete is None:
+            complete = self._complete[topic] = self.get(topic).options.with_defaults(
+                self._defaults)
+        return complete
 
     def topics(self) -> list[str]:
         """Registered topics, sorted."""

@@ -40,9 +40,12 @@ class PreparedBatch:
     def params_many(self, notify: bool) -> dict[str, Any]:
         """Parameters of ``enqueue_many``: the jobs as one JSON array (payloads spliced in)."""
         dumps = json.dumps
+        topics: dict[str, str] = {}  # a batch has few topics: encode each once
         rows = [
-            f'{{"id":"{job_id}","topic":{dumps(job.topic)},"payload":{payload},'
-            f'"key":{dumps(job.idempotency_key)},'
+            f'{{"id":"{job_id}","topic":'
+            f'{topics.get(job.topic) or topics.setdefault(job.topic, dumps(job.topic))},'
+            f'"payload":{payload},'
+            f'"key":{"null" if job.idempotency_key is None else dumps(job.idempotency_key)},'
             f'"at":{dumps(job.available_at.isoformat()) if job.available_at else "null"},'
             f'"priority":{job.priority}}}'
             for job_id, job, payload in zip(self.ids, self.jobs, self.payloads, strict=True)

@@ -7,7 +7,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 import psycopg
 from psycopg.rows import dict_row
@@ -317,3 +317,10 @@ class PostgresStore:
     def close(self) -> None:
         """Close the connection the store opened itself."""
         self.connector.close()
+
+
+def is_database_source(
+    source: object,
+) -> TypeGuard[str | ConnectionPool | psycopg.Connection[Any]]:
+    """True for what :class:`PostgresStore` connects with: a DSN, a pool or a connection."""
+    return isinstance(source, str | ConnectionPool | psycopg.Connection)

@@ -98,6 +98,8 @@ class Supervisor:
         self.claims_store = PostgresStore(dsn, statement_timeout=bound)
         self.holdings = Holdings()
         self.surface: Surface | None = None
+        self.readable: set[int] = set()
+        """The descriptors the last wait found readable."""
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -201,7 +203,8 @@ class Supervisor:
         self.notifier.pet()
         self.db.collect()
         self.read_notices()
-        self.read_workers()
+        self.read_workers(self.readable)
+        self.readable = set()
         self.reap_children()
         self.kill_hung(now)
         self.workers.kill_broken(now)
@@ -230,6 +233,7 @@ class Supervisor:
             ready, writable, _ = select.select(reads, writes, [], self.timeout())
         except InterruptedError:
             return
+        self.readable = set(ready)
         for child in self.children.values():
             if child.sock in writable:
                 child.flush()
@@ -313,11 +317,12 @@ class Supervisor:
         for job_id in heard.canceled:
             self.held.canceled(job_id)
 
-    def read_workers(self) -> None:
+    def read_workers(self, readable: set[int]) -> None:
         """Apply every message the workers sent; a broken or garbled socket kills its worker."""
         now = time.monotonic()
-        for child in list(self.children.values()):
-            self.read_worker(child, now)
+        for child in self.workers:
+            if child.sock in readable:
+                self.read_worker(child, now)
 
     def read_worker(self, child: ChildProcess, now: float) -> None:
         """Apply what ``child`` sent; EOF or garbage while it runs means it broke its socket."""

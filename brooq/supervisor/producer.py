@@ -56,6 +56,8 @@ class GroupState:
     """A moving average of the seconds from handing a job to a worker to its outcome."""
     round_trip: float = 0.005
     """A moving average of how long a claim takes, seconds."""
+    oldest: float = float("inf")
+    """No buffered job was buffered before this (a lower bound)."""
 
 
 class Producer:
@@ -131,6 +133,7 @@ class Producer:
                 state.next_poll = now + self.poll_s
             self.on_claimed(claimed, lease_end)
             state.buffer.extend(Buffered(c, now) for c in claimed)
+            state.oldest = min(state.oldest, now)
 
         self.db.submit(f"claim:{','.join(topics)}",
                        lambda: self.store.claim_many(self.holder, topics, self.lease, want,
@@ -158,7 +161,9 @@ class Producer:
 
     def put_back(self, group: Group, claimed: Claimed, now: float) -> None:
         """A job given back unrun by a leaving worker goes first in line again."""
-        self.groups.setdefault(group, GroupState(group)).buffer.appendleft(Buffered(claimed, now))
+        state = self.groups.setdefault(group, GroupState(group))
+        state.buffer.appendleft(Buffered(claimed, now))
+        state.oldest = min(state.oldest, now)
 
     def drop(self, job_id: str) -> Claimed | None:
         """Remove a buffered job (canceled, or its lease lost); what was removed."""
@@ -173,9 +178,11 @@ class Producer:
         """Remove and return the jobs that waited in a buffer longer than ``max_wait``."""
         out: list[Claimed] = []
         for state in self.groups.values():
-            if state.buffer and now - min(b.since for b in state.buffer) > self.max_wait:
-                out += [b.claimed for b in state.buffer if now - b.since > self.max_wait]
-                state.buffer = deque(b for b in state.buffer if now - b.since <= self.max_wait)
+            if not state.buffer or now - state.oldest <= self.max_wait:
+                continue  # every tick asks: spare it a walk over every buffered job
+            out += [b.claimed for b in state.buffer if now - b.since > self.max_wait]
+            state.buffer = deque(b for b in state.buffer if now - b.since <= self.max_wait)
+            state.oldest = min((b.since for b in state.buffer), default=float("inf"))
         return out
 
     def drain(self) -> list[Claimed]:

@@ -131,6 +131,10 @@ def decode(data: bytes) -> Message:
     raise ProtocolError("unknown message")
 
 
+READ_SIZE = 1 << 16
+"""Bytes asked of one read: below malloc's mmap threshold, so a read costs no mmap/munmap."""
+
+
 class FrameReader:
     """Splits the bytes read from a socket into messages (non-blocking reads)."""
 
@@ -141,7 +145,7 @@ class FrameReader:
     def read(self) -> tuple[list[Message], bool]:
         """Messages available now, and whether the peer closed its end (EOF)."""
         try:
-            chunk = os.read(self.fd, 1 << 20)
+            chunk = os.read(self.fd, READ_SIZE)
         except (BlockingIOError, InterruptedError):
             return [], False
         except OSError:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from brooq.vocabulary.durations import coerce_duration, format_duration
 from brooq.vocabulary.errors import InvalidKindOptions
@@ -15,6 +16,10 @@ _DURATION_FIELDS = (
     "backoff_max",
     "watchdog_grace",
 )
+
+
+DurationLike = timedelta | int | float | str
+"""A duration as KindOptions accepts it: a timedelta, seconds, or a string with units."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +42,18 @@ class KindOptions:
     backoff_max: timedelta | None = None
     watchdog_grace: timedelta | None = None
     max_running: int | None = None
+
+    if TYPE_CHECKING:  # what the constructor accepts; the fields always hold timedeltas
+        def __init__(
+            self,
+            max_attempts: int | None = None,
+            attempt_timeout: DurationLike | None = None,
+            max_execution_timeout: DurationLike | None = None,
+            backoff_base: DurationLike | None = None,
+            backoff_max: DurationLike | None = None,
+            watchdog_grace: DurationLike | None = None,
+            max_running: int | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         problems: list[str] = []

@@ -10,6 +10,10 @@ from brooq.vocabulary.errors import InvalidJob
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+"""One encoder for every payload (``json.dumps`` with options builds one per call)."""
+
+
 def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Encode a payload as JSON text that PostgreSQL's jsonb accepts.
 
@@ -18,7 +22,7 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     or encodes to more than ``max_bytes`` UTF-8 bytes.
     """
     try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _ENCODER.encode(payload)
     except RecursionError:
         raise InvalidJob(
             "payload is nested too deeply to encode as JSON; flatten it"
@@ -27,7 +31,7 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
         hint = " (NaN and Infinity are not JSON)" if "Out of range float" in str(exc) else ""
         raise InvalidJob(f"payload is not JSON-serializable: {exc}{hint}") from None
     try:
-        size = len(text.encode("utf-8"))
+        size = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidJob(
             "payload holds a lone surrogate character that is not valid UTF-8; "

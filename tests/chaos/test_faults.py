@@ -70,7 +70,7 @@ def assert_serving(*sups: Any) -> None:
         assert sup.events("WorkerBootFailed") == [], "a child failed to boot (crash loop?)"
 
 
-def requeued(pg: psycopg.Connection[Any], *sups: Any) -> int:
+def requeued(pg: psycopg.Connection[Any] | Reconnecting, *sups: Any) -> int:
     """Leases that ran out (each cost one attempt), as the rows count them (``expirations``).
 
     The supervisors' JobRequeued lines would under-count: a reaper whose answer

@@ -236,7 +236,7 @@ def test_bad_input_inside_the_callers_transaction_leaves_it_usable(
 
 def test_kind_options_list_every_problem_at_once() -> None:
     with pytest.raises(InvalidKindOptions) as info:
-        KindOptions(max_attempts=0, attempt_timeout="5", backoff_base="-1s")  # type: ignore[arg-type]
+        KindOptions(max_attempts=0, attempt_timeout="5", backoff_base="-1s")
     text = str(info.value)
     assert "max_attempts" in text and "attempt_timeout" in text and "backoff_base" in text
 

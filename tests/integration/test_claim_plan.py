@@ -13,7 +13,7 @@ from brooq.postgres.sql import sql
 
 ROWS = 100_000
 TOPICS = ["email.send", "report.daily", "image.resize"]
-SERVED = {
+SERVED: dict[str, dict[str, object]] = {
     "claim_topic": {"topic": "report.daily"},
     "claim_topics": {"topics": TOPICS},
 }

@@ -29,6 +29,7 @@ from brooq.vocabulary import (
     PreserveAttempt,
     State,
 )
+from tests.conftest import Clock
 from tests.integration.helpers import run_one
 
 LEASE = timedelta(minutes=1)
@@ -67,7 +68,7 @@ ALL_OUTCOMES = {
 class FakeEnv:
     """Time and row surgery for the in-memory store."""
 
-    def __init__(self, store: InMemoryStore, clock: Any) -> None:
+    def __init__(self, store: InMemoryStore, clock: Clock) -> None:
         self.store = store
         self.clock = clock
 
@@ -76,7 +77,8 @@ class FakeEnv:
 
     def expire(self, *ids: str) -> None:
         """Move the clock past the leases of ``ids`` (longer leases survive)."""
-        latest = max(self.store.get(i).locked_until for i in ids)  # type: ignore[type-var]
+        ends = [end for i in ids if (end := self.store.get(i).locked_until) is not None]
+        latest = max(ends)
         if latest >= self.clock.now:
             self.clock.now = latest + timedelta(seconds=1)
 

@@ -13,7 +13,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -127,7 +127,8 @@ def test_two_supervisors_over_a_simulated_hour_enqueue_each_run_once(
 
 @pytest.mark.parametrize("missed", ["latest", "all", "skip"])
 def test_missed_runs_across_three_hours_of_downtime(
-        supervisors: Any, pg: psycopg.Connection[Any], missed: str) -> None:
+        supervisors: Any, pg: psycopg.Connection[Any],
+        missed: Literal["latest", "all", "skip"]) -> None:
     schedule = Schedule("*/5 * * * *", topic="report.tick", missed=missed)
     rng = random.Random(missed)
     first = supervisors(schedule)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -837,7 +838,7 @@ SECRET = "S3cr3t-Pa55"
 ], ids=["url", "key-value", "quoted"])
 def test_unreachable_database_raises_store_unavailable(dsn_template: str) -> None:
     queue = brooq.Queue(dsn_template.format(pw=SECRET))
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: queue.enqueue(Job("work")),
         lambda: queue.get("01890000-0000-7000-8000-000000000000"),
         lambda: queue.cancel("01890000-0000-7000-8000-000000000000"),

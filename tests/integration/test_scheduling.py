@@ -57,7 +57,7 @@ def add(store: Store, topic: str = "work", **kw: Any) -> str:
 
 def claim_all(store: Store, topics: list[str], holder: str = "w1") -> list[str]:
     """Claim (and settle done) until nothing is ready; the ids in claim order."""
-    got = []
+    got: list[str] = []
     while (claimed := store.claim(holder, topics, LEASE)) is not None:
         got.append(claimed.id)
         assert store.settle(claimed.ticket, DONE)
@@ -196,7 +196,7 @@ def test_max_running_limits_per_topic_are_independent(store: Store) -> None:
         for i in range(3):
             add(store, topic, payload=i)
     limits = {"a": 1, "b": 2}
-    got = []
+    got: list[str] = []
     while (claimed := store.claim(f"h{len(got)}", ["a", "b", "free"], LEASE, limits)):
         got.append(claimed.topic)
         assert len(got) < 20

@@ -158,7 +158,8 @@ class PgSide:
         out = {}
         self._ready.clear()
         for r in cur.fetchall():
-            rec = JobRecord(str(r[0]), r[1], r[2], State(r[3]), *r[4:13], expirations=r[13])
+            rec = JobRecord(str(r[0]), r[1], r[2], State(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
+                            r[10], r[11], r[12], expirations=r[13])
             out[rec.id] = rec
             self._ready[rec.id] = bool(r[14])
         return out

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import psycopg
 
@@ -35,8 +35,8 @@ _SCRUBBED_PREFIXES = ("QUEUE_", "BROOQ_", "LOG_")
 _SCRUBBED = {"DATABASE_URL", "HTTP_ADDR", "CREDENTIALS_DIRECTORY", "PYTHONPATH"}
 
 
-def wait_until(predicate: Callable[[], T], timeout: float, what: str = "",
-               interval: float = 0.05) -> T:
+def wait_until(predicate: Callable[[], T | Literal[False] | None], timeout: float,
+               what: str = "", interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy (returned); AssertionError after."""
     deadline = time.monotonic() + timeout
     while True:

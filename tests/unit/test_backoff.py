@@ -24,7 +24,8 @@ rands = st.floats(min_value=0.0, max_value=1.0, exclude_max=True)
 
 def expected_ceiling(attempt: int, base: timedelta, cap: timedelta) -> timedelta:
     """The formula computed naively, in integer microseconds (no timedelta overflow)."""
-    return min(base // US * 2 ** (attempt - 1), cap // US) * US
+    micros: int = min(base // US * 2 ** (attempt - 1), cap // US)
+    return micros * US
 
 
 @given(

@@ -1,4 +1,4 @@
-"""Layout and import rules, checked on the real source (DESIGN.md, "Layout and import rules").
+"""Layout and import rules, checked on the real source (docs/architecture.md, "Packages").
 
 vocabulary (stdlib only) ← engine (no SQL, no psycopg) ← postgres (the only
 place SQL and psycopg live) ← composition (cli, supervisor, surface, metrics,
@@ -274,7 +274,8 @@ def loaded_after(statement: str) -> list[str]:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert done.returncode == 0, done.stderr
-    return ast.literal_eval(done.stdout.strip())
+    loaded: list[str] = ast.literal_eval(done.stdout.strip())
+    return loaded
 
 
 # Run the layer's own modules with a bare `brooq` package object, so that only
@@ -305,3 +306,121 @@ def test_every_engine_and_vocabulary_module_loads_nothing_third_party() -> None:
 def test_importing_a_layer_as_users_do_loads_no_third_party_package(module: str) -> None:
     """``import brooq.vocabulary`` runs ``brooq/__init__.py`` first; that must stay light too."""
     assert loaded_after(f"import {module}") == []
+
+
+# --- every package, and the database driver at run time ---------------------------------------
+
+DRIVER = ("psycopg", "psycopg_pool", "yoyo")
+# The statements (upper case, a channel name, then the end of the statement), not prose.
+LISTEN_RE = re.compile(
+    r"\b(?:UN)?LISTEN\s+(?:\*|\"?[a-z_][a-z0-9_]*\"?\s*(?:;|$))"
+    r"|\bNOTIFY\s+[a-z_][a-z0-9_]*\s*(?:,|;|$)|\bpg_notify\s*\("
+)
+
+# What each part of brooq may import of brooq (besides itself): the layers from the
+# bottom up, then the composition. `cli` (and `__main__`) is the top: nothing imports it.
+MAY_IMPORT: dict[str, set[str]] = {
+    "vocabulary": set(),
+    "engine": {"vocabulary"},
+    "postgres": {"vocabulary", "engine"},
+    "osproc": set(),
+    "logs": {"vocabulary", "engine"},
+    "metrics": {"vocabulary", "engine", "osproc"},
+    "config": {"vocabulary", "engine", "postgres"},
+    "testing": {"vocabulary", "engine"},
+    "integrations": {"vocabulary", "postgres"},
+    "queue": {"vocabulary", "engine", "postgres", "config"},
+    "app": {"vocabulary", "engine", "queue"},
+    "surface": {"vocabulary", "engine", "postgres", "config", "metrics", "osproc", "logs",
+                "queue"},
+    "inprocess": {"vocabulary", "engine", "postgres", "config", "logs", "osproc", "queue",
+                  "metrics"},
+    "supervisor": {"vocabulary", "engine", "postgres", "config", "logs", "osproc", "queue",
+                   "metrics", "surface", "app"},
+    "demo": {"vocabulary", "engine", "postgres", "config", "queue", "testing"},
+}
+TOP = {"cli", "__main__", "__version__"}
+
+
+def part_of(module: str) -> str:
+    """The part of brooq a module belongs to: ``brooq.engine.store`` → ``engine``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+def type_checking_lines(tree: ast.AST) -> set[int]:
+    """Lines inside ``if TYPE_CHECKING:`` blocks (imports for annotations only)."""
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            test = node.test
+            name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", "")
+            if name == "TYPE_CHECKING":
+                for stmt in node.body:
+                    lines.update(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
+    return lines
+
+
+def test_every_part_of_brooq_has_its_import_rule() -> None:
+    parts = {part_of(module_name(p)) for p in sources()} - {""}
+    assert parts - set(MAY_IMPORT) - TOP == set(), "add the new part to MAY_IMPORT"
+
+
+def test_each_part_imports_only_the_parts_below_it() -> None:
+    bad = []
+    for path in sources():
+        part = part_of(module_name(path))
+        if part in TOP or part == "":
+            continue
+        for imp in collect_imports(parse(path), path, module_name(path)):
+            if imp.module.split(".")[0] != "brooq" or imp.module == "brooq":
+                continue
+            target = part_of(imp.module)
+            if target != part and target not in MAY_IMPORT[part] and target not in TOP - {"cli"}:
+                bad.append(f"{imp} ({part} may import {sorted(MAY_IMPORT[part])})")
+    assert bad == []
+
+
+def test_nothing_imports_the_cli() -> None:
+    bad = [
+        str(imp) for path in sources() if part_of(module_name(path)) not in {"cli", "__main__"}
+        for imp in collect_imports(parse(path), path, module_name(path))
+        if is_within(imp.module, "brooq.cli")
+    ]
+    assert bad == []
+
+
+def test_the_database_driver_is_loaded_only_by_brooq_postgres() -> None:
+    """psycopg, psycopg_pool and yoyo are imported at run time only under brooq/postgres/
+    (elsewhere at most under TYPE_CHECKING, for the annotations of the public API)."""
+    bad = []
+    for path in sources():
+        if is_within(module_name(path), "brooq.postgres"):
+            continue
+        tree = parse(path)
+        typing_only = type_checking_lines(tree)
+        bad += [str(imp) for imp in collect_imports(tree, path, module_name(path))
+                if imp.module.split(".")[0] in DRIVER and imp.line not in typing_only]
+    assert bad == []
+
+
+def test_listen_and_notify_live_only_in_brooq_postgres() -> None:
+    hits = []
+    for path in sources():
+        if is_within(module_name(path), "brooq.postgres"):
+            continue
+        tree = parse(path)
+        skip = docstring_nodes(tree)
+        hits += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}"
+                 for node in ast.walk(tree)
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                 and id(node) not in skip and LISTEN_RE.search(node.value)]
+    assert hits == []
+
+
+def test_the_listen_detector_sees_listen() -> None:
+    for statement in ["LISTEN brooq_job", 'LISTEN "brooq_cancel";', "UNLISTEN *",
+                      "NOTIFY brooq_job, 'noop'", "SELECT pg_notify('brooq_job', topic)"]:
+        assert LISTEN_RE.search(statement), statement
+    for prose in ["listen to the workers", "when no NOTIFY wakes them", "the LISTEN thread reads"]:
+        assert not LISTEN_RE.search(prose), prose

@@ -82,6 +82,7 @@ def test_plain_exception_fails_with_backoff(attempt: int) -> None:
     assert outcome.state is State.FAILED
     assert outcome.label == "failed"
     ceiling = timedelta(seconds=2 ** (attempt - 1))
+    assert outcome.retry_in is not None
     assert ceiling / 2 <= outcome.retry_in <= ceiling
     assert outcome.retry_in == ceiling * 3 / 4  # rand 0.5: the middle of [d/2, d]
     assert not outcome.refund_attempt
@@ -119,6 +120,7 @@ def test_failure_retry_is_within_backoff_bounds(attempt: int, rand: float) -> No
     outcome = decide(ValueError(), attempt, OPTIONS, rand=lambda: rand)
     ceiling = min(timedelta(seconds=2 ** (attempt - 1)), timedelta(minutes=1))
     assert outcome.kind is SettleKind.FAILED
+    assert outcome.retry_in is not None
     assert ceiling / 2 <= outcome.retry_in <= ceiling
 
 

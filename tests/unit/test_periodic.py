@@ -26,8 +26,9 @@ from brooq.queue import Queue
 from brooq.vocabulary import InvalidJob, Job, Schedule, State, StoreUnavailable
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0,
+        second: int = 0, microsecond: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
 def every5(**kw: Any) -> Schedule:

@@ -141,7 +141,8 @@ def test_nothing_ready_returns_none(rig: Rig) -> None:
     rig.kind("email.send", lambda claim: None)
     rig.runner.topics = rig.registry.topics()
     assert rig.runner.run_once() is None
-    assert rig.events.claimed == rig.events.settled == []
+    assert rig.events.claimed == []
+    assert rig.events.settled == []
 
 
 def test_claim_runs_handler_and_settles_done(rig: Rig) -> None:
@@ -304,15 +305,14 @@ def test_cancel_job_cancels(rig: Rig) -> None:
 def test_base_exception_in_handler_is_a_failure_and_runner_survives(
     rig: Rig, error: BaseException, name: str, is_async: bool
 ) -> None:
-    if is_async:
-        async def bad(claim: Claim) -> None:
-            await asyncio.sleep(0)
-            raise error
-    else:
-        def bad(claim: Claim) -> None:
-            raise error
+    async def bad_async(claim: Claim) -> None:
+        await asyncio.sleep(0)
+        raise error
 
-    rig.kind("bad", bad, max_attempts=3)
+    def bad_sync(claim: Claim) -> None:
+        raise error
+
+    rig.kind("bad", bad_async if is_async else bad_sync, max_attempts=3)
     rig.kind("good", lambda claim: None)
     bad_id = rig.enqueue("bad")
     attempted = rig.run()
@@ -623,13 +623,10 @@ def test_chain_and_hooks_skipped_on_failure(rig: Rig, is_async: bool) -> None:
         claim.on_succeeded(called.append)
         raise ValueError("after chaining")
 
-    if is_async:
-        async def handler(claim: Claim) -> None:
-            body(claim)
-    else:
-        handler = body
+    async def handler_async(claim: Claim) -> None:
+        body(claim)
 
-    rig.kind("a", handler, max_attempts=2)
+    rig.kind("a", handler_async if is_async else body, max_attempts=2)
     job_id = rig.enqueue("a")
     assert rig.run().outcome.kind is SettleKind.FAILED
     assert rig.row(job_id).state is State.FAILED
@@ -684,8 +681,11 @@ def test_claim_chain_and_on_succeeded_check_their_arguments(rig: Rig) -> None:
     errors: list[BaseException] = []
 
     def handler(claim: Claim) -> None:
-        for call in (lambda: claim.chain({"topic": "x"}),  # type: ignore[arg-type]
-                     lambda: claim.on_succeeded("not callable")):  # type: ignore[arg-type]
+        calls: list[Callable[[], None]] = [
+            lambda: claim.chain({"topic": "x"}),  # type: ignore[arg-type]
+            lambda: claim.on_succeeded("not callable"),  # type: ignore[arg-type]
+        ]
+        for call in calls:
             try:
                 call()
             except TypeError as exc:

@@ -48,7 +48,10 @@ def chains_an_unserializable_job(claim: brooq.Claim) -> None:
 
 
 def hook_raises(claim: brooq.Claim) -> None:
-    claim.on_succeeded(lambda conn: 1 / 0)
+    def divide_by_zero(conn: object) -> None:
+        1 / 0  # noqa: B018 (raises on purpose)
+
+    claim.on_succeeded(divide_by_zero)
 
 
 def hook_sql_error(claim: brooq.Claim) -> None:
