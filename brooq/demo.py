@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
-
 import brooq
+from brooq.postgres.dsn import is_local
 from brooq.postgres.store import PostgresStore
 
 LOCAL_DATABASE_URL = "postgresql://brooq:brooq@127.0.0.1:55433/brooq"
@@ -157,11 +156,7 @@ def shown_url(dsn: str) -> str:
 
     A remote DATABASE_URL carries a real password: it is never printed.
     """
-    try:
-        host = psycopg.conninfo.conninfo_to_dict(dsn).get("host") or "localhost"
-    except psycopg.Error:
-        host = ""
-    if str(host) in ("127.0.0.1", "localhost", "::1") or str(host).startswith("/"):
+    if is_local(dsn):
         return shlex.quote(dsn)
     return "'<the DATABASE_URL this demo used>'"
 

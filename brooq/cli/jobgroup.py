@@ -52,8 +52,9 @@ def register(sub: Any) -> None:
 
 
 def _bulk_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print how many jobs would change, change nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print how many jobs would change, change nothing"
+    )
 
 
 def _help(parser: argparse.ArgumentParser) -> int:
@@ -86,8 +87,9 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
         inspection.close()
     cursor = page.next.encode() if page.next else None
     if args.json:
-        print_json({"jobs": [_job_json(r) for r in page.rows], "count": len(page.rows),
-                    "next": cursor})
+        print_json(
+            {"jobs": [_job_json(r) for r in page.rows], "count": len(page.rows), "next": cursor}
+        )
         return 0
     print(render_page(page))
     if cursor:
@@ -96,10 +98,17 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _job_json(row: Any) -> dict[str, Any]:
-    return {"id": row.id, "topic": row.topic, "state": row.state, "attempts": row.attempts,
-            "expirations": row.expirations, "priority": row.priority,
-            "available_at": row.available_at.isoformat(), "updated_at": row.updated_at.isoformat(),
-            "last_error": row.last_error}
+    return {
+        "id": row.id,
+        "topic": row.topic,
+        "state": row.state,
+        "attempts": row.attempts,
+        "expirations": row.expirations,
+        "priority": row.priority,
+        "available_at": row.available_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+        "last_error": row.last_error,
+    }
 
 
 def render_page(page: JobPage) -> str:
@@ -107,14 +116,17 @@ def render_page(page: JobPage) -> str:
     if not page.rows:
         return "no jobs match"
     width = max(len("topic"), *(len(r.topic) for r in page.rows))
-    lines = [f"{'id':<36}  {'topic':<{width}}  {'state':<10} {'attempts':>8}  "
-             f"{'available_at (UTC)':<19}  {'updated_at (UTC)':<19}  last_error"]
+    lines = [
+        f"{'id':<36}  {'topic':<{width}}  {'state':<10} {'attempts':>8}  "
+        f"{'available_at (UTC)':<19}  {'updated_at (UTC)':<19}  last_error"
+    ]
     for r in page.rows:
         lines.append(
             f"{r.id:<36}  {r.topic:<{width}}  {r.state:<10} {r.attempts:>8}  "
             f"{r.available_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
             f"{r.updated_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
-            f"{cut(safe(r.last_error or ''), 60)}")
+            f"{cut(safe(r.last_error or ''), 60)}"
+        )
     return "\n".join(lines)
 
 

@@ -54,6 +54,8 @@ def require_state(where: JobFilter, allowed: tuple[State, ...], action: str) -> 
     if where.state is None or where.state not in allowed:
         choices = "|".join(str(s) for s in allowed)
         given = f" {where.state}" if where.state else ""
-        raise InvalidInput(f"{action} needs --state {choices} (got{given or ' none'}); "
-                           f"{action} never touches other rows")
+        raise InvalidInput(
+            f"{action} needs --state {choices} (got{given or ' none'}); "
+            f"{action} never touches other rows"
+        )
     return where.state

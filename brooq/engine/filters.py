@@ -40,8 +40,10 @@ class Cursor:
                 raise ValueError(text)
             return cls(when, parse_job_id(job_id))
         except (ValueError, InvalidInput):
-            raise InvalidInput(f"{text!r} is not a page cursor; pass the one a listing "
-                               "printed (next page: --after …)") from None
+            raise InvalidInput(
+                f"{text!r} is not a page cursor; pass the one a listing "
+                "printed (next page: --after …)"
+            ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +70,13 @@ class JobFilter:
 
     def params(self) -> dict[str, object]:
         """The filter's SQL parameters (the ``job_filter`` fragment of queries.sql)."""
-        return {"topics": list(self.topics), "state": str(self.state) if self.state else None,
-                "since": self.since, "until": self.until, "ids": list(self.ids)}
+        return {
+            "topics": list(self.topics),
+            "state": str(self.state) if self.state else None,
+            "since": self.since,
+            "until": self.until,
+            "ids": list(self.ids),
+        }
 
     @property
     def page_size(self) -> int:
@@ -99,17 +106,28 @@ def parse_when(text: str, what: str, now: datetime | None = None) -> datetime:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidInput(f"{what} {text!r} is neither a duration (30m, 2h, 7d) nor an ISO 8601 "
-                           "time (2026-12-24T18:00:00+00:00)") from None
+        raise InvalidInput(
+            f"{what} {text!r} is neither a duration (30m, 2h, 7d) nor an ISO 8601 "
+            "time (2026-12-24T18:00:00+00:00)"
+        ) from None
     if when.tzinfo is None:
         raise InvalidInput(f"{what} {text!r} has no time zone; add one, e.g. {text}Z")
     return when
 
 
-def filter_of(*, topics: Sequence[str] = (), state: str | None = None, since: str | None = None,
-              until: str | None = None, limit: int | None = None, after: str | None = None,
-              ids: Sequence[str] = (), states: Sequence[State] = tuple(State),
-              default_limit: int = 0, flag: str = "--") -> JobFilter:
+def filter_of(
+    *,
+    topics: Sequence[str] = (),
+    state: str | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    ids: Sequence[str] = (),
+    states: Sequence[State] = tuple(State),
+    default_limit: int = 0,
+    flag: str = "--",
+) -> JobFilter:
     """The JobFilter of text values (flags, query strings); InvalidInput for any bad one.
 
     ``states`` are the states this caller may name; ``flag`` prefixes names in messages.
@@ -123,5 +141,7 @@ def filter_of(*, topics: Sequence[str] = (), state: str | None = None, since: st
         state=parse_state(state, tuple(states)) if state else None,
         since=parse_when(since, f"{flag}since") if since else None,
         until=parse_when(until, f"{flag}until") if until else None,
-        ids=job_ids, limit=default_limit if limit is None else limit,
-        after=Cursor.decode(after) if after else None)
+        ids=job_ids,
+        limit=default_limit if limit is None else limit,
+        after=Cursor.decode(after) if after else None,
+    )

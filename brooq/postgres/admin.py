@@ -27,11 +27,17 @@ class PostgresAdmin:
     call changes (0: every match).
     """
 
-    def __init__(self, source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
-                 prepare: bool = True, statement_timeout: timedelta | None = None) -> None:
-        self.connector = (source if isinstance(source, Connector)
-                          else Connector(Source(source, statement_timeout=statement_timeout,
-                                                prepare=prepare)))
+    def __init__(
+        self,
+        source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
+        prepare: bool = True,
+        statement_timeout: timedelta | None = None,
+    ) -> None:
+        self.connector = (
+            source
+            if isinstance(source, Connector)
+            else Connector(Source(source, statement_timeout=statement_timeout, prepare=prepare))
+        )
 
     def _batches(self, statement: str, params: dict[str, Any], limit: int) -> list[Any]:
         """Run ``statement`` batch by batch until a batch comes back short; every row."""
@@ -63,9 +69,9 @@ class PostgresAdmin:
                 want = BATCH if not where.limit else min(BATCH, where.limit - total)
                 if want <= 0:
                     break
-                row = conn.execute(sql("cancel_jobs"),
-                                   {**where.params(), "batch": want, "reason": reason}
-                                   ).fetchone()
+                row = conn.execute(
+                    sql("cancel_jobs"), {**where.params(), "batch": want, "reason": reason}
+                ).fetchone()
                 done = int(row[0]) if row else 0
                 total += done
                 if done < want:
@@ -81,8 +87,7 @@ class PostgresAdmin:
                 want = BATCH if not where.limit else min(BATCH, where.limit - total)
                 if want <= 0:
                     break
-                done = conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}
-                                    ).rowcount
+                done = conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).rowcount
                 total += done
                 if done < want:
                     break
@@ -91,8 +96,9 @@ class PostgresAdmin:
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel one job that is not terminal yet; a running handler hears of it."""
         with self.connector.connection() as conn:
-            row = conn.execute(sql("cancel"), {"id": parse_job_id(job_id), "reason": reason}
-                               ).fetchone()
+            row = conn.execute(
+                sql("cancel"), {"id": parse_job_id(job_id), "reason": reason}
+            ).fetchone()
         return row is not None
 
     def close(self) -> None:

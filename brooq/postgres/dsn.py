@@ -62,3 +62,14 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
         if secret and len(secret) >= 3:
             out = out.replace(secret, REDACTED)
     return out
+
+
+def is_local(dsn: str) -> bool:
+    """True when ``dsn`` names a server on this machine (loopback or a Unix socket)."""
+    import psycopg
+
+    try:
+        host = str(psycopg.conninfo.conninfo_to_dict(dsn).get("host") or "localhost")
+    except psycopg.Error:
+        return False
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("/")

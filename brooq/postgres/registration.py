@@ -17,14 +17,32 @@ class PostgresRegistration:
     def __init__(self, connector: Connector) -> None:
         self.connector = connector
 
-    def register(self, *, holder: str, host: str, pid: int, app: str, topics: Sequence[str],
-                 started_at: datetime, workers: Sequence[dict[str, Any]],
-                 expire_after: timedelta) -> None:
+    def register(
+        self,
+        *,
+        holder: str,
+        host: str,
+        pid: int,
+        app: str,
+        topics: Sequence[str],
+        started_at: datetime,
+        workers: Sequence[dict[str, Any]],
+        expire_after: timedelta,
+    ) -> None:
         """Upsert this supervisor's row (seen now), and delete rows of long-dead ones."""
         with self.connector.connection() as conn, conn.transaction():
-            conn.execute(sql("register_supervisor"), {
-                "holder": holder, "host": host, "pid": pid, "app": app, "topics": list(topics),
-                "started_at": started_at, "workers": json.dumps(list(workers), default=str)})
+            conn.execute(
+                sql("register_supervisor"),
+                {
+                    "holder": holder,
+                    "host": host,
+                    "pid": pid,
+                    "app": app,
+                    "topics": list(topics),
+                    "started_at": started_at,
+                    "workers": json.dumps(list(workers), default=str),
+                },
+            )
             conn.execute(sql("expire_supervisors"), {"expire_after": expire_after})
 
     def unregister(self, holder: str) -> None:

@@ -61,18 +61,33 @@ class Registration:
         out = []
         for child in sorted(self.sup.children.values(), key=lambda c: c.slot):
             job = child.job
-            started = (datetime.fromtimestamp(wall - (mono - job.started), UTC).isoformat()
-                       if job else None)
-            out.append({"pid": child.pid, "slot": child.slot,
-                        "job_id": job.claimed.id if job else None,
-                        "topic": job.claimed.topic if job else None, "started_at": started})
+            started = (
+                datetime.fromtimestamp(wall - (mono - job.started), UTC).isoformat()
+                if job
+                else None
+            )
+            out.append(
+                {
+                    "pid": child.pid,
+                    "slot": child.slot,
+                    "job_id": job.claimed.id if job else None,
+                    "topic": job.claimed.topic if job else None,
+                    "started_at": started,
+                }
+            )
         return out
 
     def _register(self, workers: list[dict[str, Any]]) -> None:
-        self.writer.register(holder=self.sup.holder, host=socket.gethostname(),
-                             pid=os.getpid(), app=self.sup.name, topics=self.topics,
-                             started_at=self.started_at, workers=workers,
-                             expire_after=EXPIRE_AFTER)
+        self.writer.register(
+            holder=self.sup.holder,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            app=self.sup.name,
+            topics=self.topics,
+            started_at=self.started_at,
+            workers=workers,
+            expire_after=EXPIRE_AFTER,
+        )
 
     def _unregister(self) -> None:
         self.writer.unregister(self.sup.holder)
@@ -85,10 +100,16 @@ class Registration:
             except SchemaMissing as exc:  # new code before `brooq migrate up`: jobs still run
                 return str(exc)
             return None
+
         return run
 
     def _done(self, missing: str | None, error: BaseException | None) -> None:
         if missing and not self.warned:
             self.warned = True
-            event(log, "RegistrationFailed", logging.WARNING, error=missing,
-                  note="`brooq workers` and the dashboard will not list this supervisor")
+            event(
+                log,
+                "RegistrationFailed",
+                logging.WARNING,
+                error=missing,
+                note="`brooq workers` and the dashboard will not list this supervisor",
+            )

@@ -236,7 +236,11 @@ def test_brooq_dashboard_serves_alone_and_stops_on_sigterm(
     env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH})
     proc = subprocess.Popen(
         [sys.executable, "-m", "brooq.cli", "dashboard", "--http-addr", f"127.0.0.1:{port}"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stderr is not None

@@ -122,10 +122,10 @@ def test_a_settled_row_does_not_look_locked(
         "RETURNING id::text"
     ).fetchone() or ("",)
     shown = run_cli(dsn, tmp_path, "job", job_id).stdout
-    fields = dict(
-        line.split(None, 1) if " " in line.strip() else (line.strip(), "")
-        for line in shown.splitlines()
-    )
+    fields: dict[str, str] = {}
+    for line in shown.splitlines():
+        key, _, value = line.partition(" ")
+        fields[key] = value
     assert "locked_by" not in fields and fields["last_holder"].strip() == "host-a:1:x"
     assert fields["locked_until"].strip() == ""
     running = pg.execute(

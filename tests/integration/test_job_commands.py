@@ -373,9 +373,21 @@ def test_status_names_topics_with_ready_jobs_and_no_live_worker(
     insert(pg, "email.send", "pending")
     insert(pg, "report.build", "pending")
     running = insert(pg, "email.send", "processing")[0]
-    register(pg, "host-a:1:x", ["email.send"], "1 second", [
-        {"pid": 7, "slot": 0, "job_id": running, "topic": "email.send",
-         "started_at": "2026-01-01T00:00:00+00:00"}])
+    register(
+        pg,
+        "host-a:1:x",
+        ["email.send"],
+        "1 second",
+        [
+            {
+                "pid": 7,
+                "slot": 0,
+                "job_id": running,
+                "topic": "email.send",
+                "started_at": "2026-01-01T00:00:00+00:00",
+            }
+        ],
+    )
     register(pg, "host-b:1:y", ["report.build"], "10 minutes", [])  # dead: does not count
     _, out, _ = brooq("status")
     assert "workers: 1 in 1 supervisor, 1 busy" in out

@@ -51,7 +51,9 @@ def test_schema_has_the_promised_pieces(dsn: str) -> None:
         checks = [r[0] for r in conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
             "WHERE conrelid = 'job'::regclass AND contype = 'c'")]
-        (opts,) = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchone()
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchone()
+        assert row is not None
+        (opts,) = row
     claimable = "WHERE (state = ANY (ARRAY['pending'::text, 'failed'::text]))"
     assert claimable in indexes["job_claim_idx"]
     assert "UNIQUE" in indexes["job_idempotency_idx"]
