@@ -166,7 +166,8 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
         retried = admin.retry(where)
     finally:
         admin.close()
-    _report(args, "retried", len(retried), ids=retried)
+    # The ids only when asked by id: a retry by filter may move millions of rows.
+    _report(args, "retried", len(retried), **({"ids": retried} if where.ids else {}))
     missed = [i for i in where.ids if i not in set(retried)]
     if missed and not args.json:
         for job_id in missed:
