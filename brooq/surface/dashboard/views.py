@@ -20,7 +20,7 @@ from datetime import timedelta
 from functools import cache
 from importlib.resources import files
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from brooq.engine.admin import PURGEABLE, RETRYABLE, Admin
 from brooq.engine.filters import JobFilter, filter_of
@@ -327,7 +327,7 @@ class Dashboard:
             verb=action,
             pairs=pairs,
             count=count,
-            back=request.header("referer") or "/ui",
+            back=_back(request),
         )
 
     def login(self, request: Request) -> Response:
@@ -399,6 +399,13 @@ def _form(query: dict[str, list[str]]) -> dict[str, Any]:
 def _first(query: dict[str, list[str]], name: str) -> str | None:
     values = query.get(name)
     return values[0][:300] if values else None
+
+
+def _back(request: Request) -> str:
+    """Where "go back" leads: the referring page when it is one of the dashboard's, else /ui."""
+    parts = urlsplit(request.header("referer") or "")
+    target = parts.path + (f"?{parts.query}" if parts.query else "")
+    return target if _SAFE_PATH.fullmatch(target) else "/ui"
 
 
 def _confirmed(form: dict[str, list[str]]) -> bool:
