@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # The demo needs brooq alone (no test or lint tools); a dev venv has it already.
-$(VENV)/.runtime:
+$(VENV)/.runtime: pyproject.toml
 	@if [ ! -x $(PY) ]; then $(PYTHON) -m venv $(VENV); fi
 	@if [ ! -f $(VENV)/.installed ]; then $(PY) -m pip install -q -e .; fi
 	touch $@
