@@ -84,7 +84,11 @@ class JobFilter:
         return min(self.limit or DEFAULT_PAGE, MAX_PAGE)
 
 
-def parse_state(text: str, allowed: tuple[State, ...] = tuple(State)) -> State:
+def parse_state(
+    text: str,
+    allowed: tuple[State, ...] = tuple(State),
+    what: str = "state",
+) -> State:
     """A state name among ``allowed``; InvalidInput naming the choices otherwise."""
     try:
         state = State(text.strip().lower())
@@ -92,7 +96,7 @@ def parse_state(text: str, allowed: tuple[State, ...] = tuple(State)) -> State:
         state = None
     if state is None or state not in allowed:
         choices = ", ".join(str(s) for s in allowed)
-        raise InvalidInput(f"state {text!r}: choose one of {choices}")
+        raise InvalidInput(f"{what} {text!r}: choose one of {choices}")
     return state
 
 
@@ -138,7 +142,7 @@ def filter_of(
         raise InvalidInput(str(exc)) from None
     return JobFilter(
         topics=tuple(str(Topic(t.strip())) for t in topics if t.strip()),
-        state=parse_state(state, tuple(states)) if state else None,
+        state=parse_state(state, tuple(states), f"{flag}state") if state else None,
         since=parse_when(since, f"{flag}since") if since else None,
         until=parse_when(until, f"{flag}until") if until else None,
         ids=job_ids,
