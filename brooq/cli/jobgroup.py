@@ -13,7 +13,7 @@ import argparse
 import sys
 from dataclasses import replace
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from brooq.cli.common import print_json, require_dsn
 from brooq.cli.errors import Exit, UsageError
@@ -22,8 +22,12 @@ from brooq.cli.text import cut, safe
 from brooq.config import Settings
 from brooq.engine.admin import CANCELABLE, PURGEABLE, RETRYABLE
 from brooq.engine.filters import JobFilter
-from brooq.engine.inspection import JobPage
+from brooq.engine.inspection import JobPage, JobRow
 from brooq.vocabulary import State
+
+if TYPE_CHECKING:  # the driver is loaded only when a command needs the database
+    from brooq.postgres.admin import PostgresAdmin
+    from brooq.postgres.inspection import PostgresInspection
 
 
 def register(sub: Any) -> None:
@@ -62,13 +66,13 @@ def _help(parser: argparse.ArgumentParser) -> int:
     return Exit.USAGE
 
 
-def _inspection(settings: Settings) -> Any:
+def _inspection(settings: Settings) -> PostgresInspection:
     from brooq.postgres.inspection import PostgresInspection
 
     return PostgresInspection(require_dsn(settings))
 
 
-def _admin(settings: Settings) -> Any:
+def _admin(settings: Settings) -> PostgresAdmin:
     from brooq.postgres.admin import PostgresAdmin
 
     return PostgresAdmin(require_dsn(settings))
@@ -97,7 +101,7 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _job_json(row: Any) -> dict[str, Any]:
+def _job_json(row: JobRow) -> dict[str, Any]:
     return {
         "id": row.id,
         "topic": row.topic,
