@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -39,59 +40,56 @@ class PostgresAdmin:
             else Connector(Source(source, statement_timeout=statement_timeout, prepare=prepare))
         )
 
-    def _batches(self, statement: str, params: dict[str, Any], limit: int) -> list[Any]:
-        """Run ``statement`` batch by batch until a batch comes back short; every row."""
-        out: list[Any] = []
+    def _batches(self, limit: int, batch: Callable[[psycopg.Connection[Any], int], int]) -> int:
+        """Call ``batch(conn, want)`` until one changes fewer rows than wanted; the total.
+
+        Each call is one statement on an autocommit connection: its own transaction.
+        """
+        total = 0
         with self.connector.connection() as conn:
             for _ in range(MAX_BATCHES):
-                want = BATCH if not limit else min(BATCH, limit - len(out))
+                want = BATCH if not limit else min(BATCH, limit - total)
                 if want <= 0:
                     break
-                rows = conn.execute(statement, {**params, "batch": want}).fetchall()
-                out.extend(rows)
-                if len(rows) < want:
+                done = batch(conn, want)
+                total += done
+                if done < want:
                     break
-        return out
+        return total
 
     def retry(self, where: JobFilter) -> list[str]:
         """Dead (or canceled) jobs back to pending now; the ids retried."""
         require_state(where, RETRYABLE, "retry")
-        rows = self._batches(sql("retry_jobs"), where.params(), where.limit)
-        return [str(r[0]) for r in rows]
+        ids: list[str] = []
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            rows = conn.execute(sql("retry_jobs"), {**where.params(), "batch": want}).fetchall()
+            ids.extend(str(r[0]) for r in rows)
+            return len(rows)
+
+        self._batches(where.limit, batch)
+        return ids
 
     def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
         """Cancel the pending or failed jobs ``where`` matches; how many."""
         if where.state is not None:
             require_state(where, CANCELABLE, "cancel")
-        total = 0
-        with self.connector.connection() as conn:
-            for _ in range(MAX_BATCHES):
-                want = BATCH if not where.limit else min(BATCH, where.limit - total)
-                if want <= 0:
-                    break
-                row = conn.execute(
-                    sql("cancel_jobs"), {**where.params(), "batch": want, "reason": reason}
-                ).fetchone()
-                done = int(row[0]) if row else 0
-                total += done
-                if done < want:
-                    break
-        return total
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            params = {**where.params(), "batch": want, "reason": reason}
+            row = conn.execute(sql("cancel_jobs"), params).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._batches(where.limit, batch)
 
     def purge(self, where: JobFilter) -> int:
         """Delete the terminal rows ``where`` matches in ``where.state``; how many."""
         require_state(where, PURGEABLE, "purge")
-        total = 0
-        with self.connector.connection() as conn:
-            for _ in range(MAX_BATCHES):
-                want = BATCH if not where.limit else min(BATCH, where.limit - total)
-                if want <= 0:
-                    break
-                done = conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).rowcount
-                total += done
-                if done < want:
-                    break
-        return total
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            return conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).rowcount
+
+        return self._batches(where.limit, batch)
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel one job that is not terminal yet; a running handler hears of it."""
