@@ -9,7 +9,7 @@ BROOQ := $(VENV)/bin/brooq
 LOCAL_DATABASE_URL = $(shell scripts/pg.sh url)
 PYTEST_ARGS ?=
 
-.PHONY: dev db-up db-down migrate-up migrate-down migrate-status test lint demo bench chaos clean
+.PHONY: dev db-up db-down migrate-up migrate-down migrate-status test lint demo bench chaos fleet clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,12 @@ test: dev
 chaos: dev
 	@if [ -z "$$TEST_DATABASE_URL" ]; then scripts/pg.sh up; fi
 	CHAOS_SIZE=$${CHAOS_SIZE:-full} $(PY) -m tests.chaos.report --update-doc
+
+## fleet: the fleet test at full size (10 supervisors x 2 workers through PgBouncer, 20,000 jobs,
+## 3 killed), figures into fleet-report.json for docs/reliability.md (`make test`: 4,000 jobs)
+fleet: dev
+	@if [ -z "$$TEST_DATABASE_URL" ]; then scripts/pg.sh up; fi
+	FLEET_SIZE=full FLEET_REPORT=$${FLEET_REPORT:-fleet-report.json} $(PY) -m pytest -s tests/system/test_fleet.py
 
 ## lint: ruff check, ruff format --check and mypy --strict on brooq and tests
 lint: dev

@@ -25,7 +25,7 @@ from brooq.engine.retention import Retention
 from brooq.engine.runner import Attempted, RunListener, SlotRunner
 from brooq.engine.store import Claimed, Store, Ticket
 from brooq.engine.timer import Every
-from brooq.logs import LoggingListener, event
+from brooq.logs import LoggingListener, event, listen_off
 from brooq.postgres.listen import Listener
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
@@ -52,7 +52,7 @@ class Keeper(threading.Thread):
     """Extends the running job's lease every lease/3 and interrupts its handler when the job
     is canceled (NOTIFY) or its lease is lost."""
 
-    def __init__(self, store: Store, dsn: str, lease: timedelta) -> None:
+    def __init__(self, store: Store, dsn: str | None, lease: timedelta) -> None:
         super().__init__(name="brooq-keeper", daemon=True)
         self.store, self.lease = store, lease
         self.cancels = Listener(dsn, jobs=False)
@@ -126,10 +126,13 @@ class InProcessSlot:
         self.queue, self.settings, self.options = queue, settings, options
         self.store = PostgresStore(dsn, notify=settings.notify,
                                    max_payload_bytes=settings.max_payload_bytes)
-        self.keeper = Keeper(PostgresStore(dsn), dsn, settings.lease)
+        listen = settings.listen_dsn(dsn)
+        if listen is None:
+            listen_off(settings.poll_interval)
+        self.keeper = Keeper(PostgresStore(dsn), listen, settings.lease)
         self.runner = SlotRunner(self.store, queue.registry, holder_id(), settings.lease,
                                  options.topics, _KeeperListener(self.keeper, LoggingListener()))
-        self.waker = Listener(dsn, cancels=False)
+        self.waker = Listener(listen, cancels=False)
         self.reaper = Reaper(self.store, Every(settings.reaper_period), settings.max_expirations)
         self.retention = Retention(self.store, settings.retention_ttl, settings.retention_batch,
                                    Every(settings.retention_period))

@@ -1,4 +1,11 @@
-"""Logging: one line per event with a stable event name, key=value or JSON."""
+"""Logging: one line per event with a stable event name, key=value or JSON.
+
+Every line is safe whatever a handler raised: each text is bounded (a 10 MB
+exception message makes a bounded line), lone surrogates are escaped, line
+and paragraph separators (U+2028, U+2029, U+0085) are escaped like newlines,
+and DSN passwords are hidden (any URL or ``password=`` pair, and the
+passwords given to :func:`hide_secrets`).
+"""
 
 from __future__ import annotations
 
@@ -7,26 +14,74 @@ import logging
 import re
 import sys
 import time
+from datetime import timedelta
 from typing import Any
 
+from brooq.engine.outcome import bounded, safe_text
 from brooq.engine.runner import Attempted
 from brooq.engine.store import Claimed
-from brooq.vocabulary import KindOptions
+from brooq.vocabulary import KindOptions, format_duration
+from brooq.vocabulary.secrets import REDACTED, scrub
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+FIELD_MAX_CHARS = 4000
+"""The longest text of one field or message in a log line (last_error is 2,000)."""
+EXC_MAX_CHARS = 16_000
+"""The longest traceback in a log line (its end is kept: the innermost frames)."""
+# JSON leaves these raw with ensure_ascii=False, yet many readers break lines at them.
+_SEPARATORS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
+_secrets: list[str] = []
+
+
+def hide_secrets(secrets: list[str]) -> None:
+    """Hide each of ``secrets`` (say the DSN's password) wherever it shows up in a log line."""
+    # Longest first: a secret inside another is replaced after it. Three characters
+    # at least, as scrub() has it: a short one would hide common words.
+    _secrets[:] = sorted({s for s in _secrets + secrets if len(s) >= 3}, key=len, reverse=True)
+
+
+def clean_text(text: str, limit: int = FIELD_MAX_CHARS) -> str:
+    """``text`` bounded, with lone surrogates escaped and passwords hidden."""
+    text = safe_text(bounded(text, limit))
+    # The patterns only where they can match: most fields are ids and names (hot path).
+    if "://" in text or "password" in text.lower():
+        text = scrub(text)
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def clean(value: Any) -> Any:
+    """``value``, cleaned by :func:`clean_text` when it is a text."""
+    return clean_text(value) if isinstance(value, str) else value
+
+
+def _exc_text(text: str) -> str:
+    if len(text) > EXC_MAX_CHARS:
+        text = "…" + text[-(EXC_MAX_CHARS - 1):]
+    return clean_text(text, EXC_MAX_CHARS)
+
+
+def _one_line(text: str) -> str:
+    for raw, escaped in _SEPARATORS.items():
+        if raw in text:
+            text = text.replace(raw, escaped)
+    return text
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _RESERVED}
+    return {k: clean(v) for k, v in vars(record).items() if k not in _RESERVED}
 
 
-_NEEDS_QUOTES = re.compile(r'[ "=\n\t]')
+_NEEDS_QUOTES = re.compile(r'[ "=]')
+"""Besides these, any character that is not printable (newlines, separators, escapes)."""
 
 
 def _kv_value(value: Any) -> str:
-    text = str(value)
-    if text == "" or _NEEDS_QUOTES.search(text):
-        return json.dumps(text, ensure_ascii=False)
+    text = clean_text(str(value))
+    if text == "" or _NEEDS_QUOTES.search(text) or not text.isprintable():
+        return _one_line(json.dumps(text, ensure_ascii=False))
     return text
 
 
@@ -40,7 +95,8 @@ class KeyValueFormatter(logging.Formatter):
                  f"logger={record.name}", f"msg={_kv_value(record.getMessage())}"]
         parts += [f"{k}={_kv_value(v)}" for k, v in _fields(record).items()]
         if record.exc_info:
-            parts.append(f"exc={_kv_value(self.formatException(record.exc_info))}")
+            exc = _exc_text(self.formatException(record.exc_info))
+            parts.append(f"exc={_one_line(json.dumps(exc, ensure_ascii=False))}")
         return " ".join(parts)
 
 
@@ -51,11 +107,11 @@ class JsonFormatter(logging.Formatter):
         """Render the record as one JSON line."""
         out: dict[str, Any] = {
             "ts": record.created, "level": record.levelname.lower(), "logger": record.name,
-            "msg": record.getMessage(), **_fields(record),
+            "msg": clean(record.getMessage()), **_fields(record),
         }
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str, ensure_ascii=False)
+            out["exc"] = _exc_text(self.formatException(record.exc_info))
+        return _one_line(json.dumps(out, default=lambda v: clean_text(str(v)), ensure_ascii=False))
 
 
 def setup_logging(fmt: str = "kv", level: str = "info") -> None:
@@ -114,3 +170,12 @@ class LoggingListener:
             name, fields["note"] = "LeaseLost", "outcome not written: the lease was lost"
         level = logging.WARNING if name in ("JobDead", "LeaseLost") else logging.INFO
         event(job_log, name, level, **fields)
+
+
+def listen_off(poll_interval: timedelta) -> None:
+    """Say once, at start, that nothing LISTENs and what that costs."""
+    event(logging.getLogger("brooq.listen"), "ListenOff", logging.WARNING,
+          poll_interval=format_duration(poll_interval),
+          note="QUEUE_PGBOUNCER without QUEUE_LISTEN_URL: no LISTEN through a transaction "
+               "pooler; new jobs are looked for every poll interval, cancels of running "
+               "jobs are learned at the next heartbeat (lease/3)")

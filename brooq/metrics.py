@@ -22,6 +22,7 @@ from typing import Any
 
 from brooq.engine.inspection import Inspection, TopicStateCount
 from brooq.osproc import no_fork, pid_alive
+from brooq.vocabulary.state import State
 
 _identity: dict[str, str | None] = {"id": None}
 
@@ -200,8 +201,11 @@ class DatabaseCollector:
             return
         jobs = GaugeMetricFamily("brooq_jobs", "Jobs by topic and state.",
                                  labels=["topic", "state"])
-        for row in depth:
-            jobs.add_metric([row.topic, row.state], row.jobs)
+        # Every state of every registered topic, at zero when it has no rows.
+        counts = {(topic, str(state)): 0 for topic in self.topics for state in State}
+        counts.update({(row.topic, row.state): row.jobs for row in depth})
+        for (topic, state), n in sorted(counts.items()):
+            jobs.add_metric([topic, state], n)
         age = GaugeMetricFamily("brooq_ready_oldest_age_seconds",
                                 "How long the oldest ready job has waited (0: none ready).",
                                 labels=["topic"])

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from setproctitle import setproctitle
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -26,6 +27,82 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(option, value, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False  # not Linux
+
+
+# Grandchildren: a handler may fork (or run a tool that does). Each worker leads a
+# process group of its own, so what it leaves behind dies with it; and the
+# supervisor is a subreaper, so what escaped that group (setsid, a double fork) is
+# reparented to it rather than to init, and killed when it stops.
+def become_subreaper() -> bool:
+    """Have orphaned descendants reparented to this process (Linux); True if it took."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def lead_process_group() -> None:
+    """Make this process the leader of a new process group (its forks join it)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+
+
+def reap_any() -> tuple[int, int] | None:
+    """``waitpid(-1, WNOHANG)``, having first SIGKILLed what is left of the ended child's
+    process group (a worker's forks). None when no child has ended.
+
+    The child is looked at before it is reaped: until then its pid, and so its
+    group's id, cannot be reused by another process.
+    """
+    try:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None or info.si_pid == 0:
+        return None
+    with contextlib.suppress(OSError):
+        if os.getpgid(info.si_pid) == info.si_pid:
+            os.killpg(info.si_pid, signal.SIGKILL)
+    pid, status = os.waitpid(info.si_pid, 0)
+    return pid, status
+
+
+def children_of(ppid: int) -> list[int]:
+    """The pids whose parent is ``ppid`` (Linux /proc; empty where unavailable)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == ppid:
+            found.append(int(entry))
+    return found
+
+
+def kill_children() -> list[int]:
+    """SIGKILL every child of this process (and the groups they lead); the pids killed."""
+    killed = []
+    for pid in children_of(os.getpid()):
+        with contextlib.suppress(OSError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
+
+
 def pid_alive(pid: int) -> bool:
     """True while a process with ``pid`` exists (ours or not)."""
     try:
@@ -35,6 +112,24 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True  # it exists, it is just not ours
     return True
+
+
+FdIdentity = tuple[int, int] | None
+"""What a descriptor refers to (device, inode), or None when it is closed."""
+
+
+def fd_identities(fds: list[int]) -> dict[int, FdIdentity]:
+    """The identity of each of ``fds``: a handler that closed one, or closed it and opened
+    something else under its number, changes it."""
+    out: dict[int, FdIdentity] = {}
+    for fd in fds:
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            out[fd] = None
+        else:
+            out[fd] = (st.st_dev, st.st_ino)
+    return out
 
 
 def rss_bytes() -> int:

@@ -12,6 +12,7 @@ from brooq.engine.kinds import Handler, Registry
 from brooq.engine.periodic import check_schedule
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
+from brooq.postgres.connect import use_pgbouncer
 from brooq.postgres.enqueue import enqueue_on_async
 from brooq.postgres.store import PostgresStore, is_database_source
 from brooq.vocabulary import (
@@ -67,8 +68,11 @@ class Queue:
         notify: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         defaults: KindOptions | None = None,
+        pgbouncer: bool = False,
     ) -> None:
         self.source = source
+        if pgbouncer:
+            use_pgbouncer()  # before any connection: they are all opened lazily
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
         self._code_defaults = defaults or KindOptions()
@@ -102,6 +106,8 @@ class Queue:
         from brooq.config import ConfigError, load_settings
 
         settings = load_settings()
+        if settings.pgbouncer:
+            use_pgbouncer()
         if not settings.database_url:
             raise ConfigError([
                 "DATABASE_URL: not set; the Queue() without a DSN reads it from the "
@@ -166,7 +172,8 @@ class Queue:
         self.registry.register(topic, handler, KindOptions(**options))
 
     def enqueue(self, job: Job, *, conn: psycopg.Connection[Any] | None = None) -> Enqueued:
-        """Enqueue one job; returns ``(id, created)``.
+        """Enqueue one job; returns ``(id, created)``, with the row's ``state`` as ``.state``
+        (when ``created`` is False: the existing row's, e.g. ``dead``).
 
         With ``conn`` the row is written in that connection's open transaction
         and commits or rolls back with it; otherwise it commits at once.

@@ -17,8 +17,9 @@ from brooq.cli import configure, dashboard, jobgroup, jobs, migrate, run, status
 from brooq.cli.common import add_global_flags, settings_from
 from brooq.cli.errors import Exit, UsageError
 from brooq.config import ConfigError
-from brooq.logs import setup_logging
+from brooq.logs import hide_secrets, setup_logging
 from brooq.vocabulary import BrooqError, InvalidInput, SchemaMissing
+from brooq.vocabulary.secrets import dsn_passwords
 
 __all__ = ["Exit", "UsageError", "main", "parser"]
 
@@ -49,6 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from(args)
         setup_logging(settings.log_format, settings.log_level)
+        hide_secrets([*dsn_passwords(settings.database_url), settings.token or ""])
+        if settings.pgbouncer:
+            from brooq.postgres.connect import use_pgbouncer
+
+            use_pgbouncer()
         code: int = args.func(args, settings)
         return code
     except ConfigError as exc:

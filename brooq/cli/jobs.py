@@ -102,7 +102,7 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     print_json({"id": result.id, "created": result.created, "state": str(result.state)})
     if not result.created:
         print(f"brooq: a job with this key already exists ({result.state}); nothing enqueued"
-              + ("; re-run it with `brooq jobs retry " + result.id + "`"
+              + ("; to run it again, enqueue without --key, or delete that row first"
                  if str(result.state) in ("dead", "canceled") else ""), file=sys.stderr)
     return 0
 
@@ -115,6 +115,8 @@ def job_lines(record: JobRecord) -> list[str]:
         row["locked_until"] = None
         row["last_holder"] = row.pop("locked_by")
     trace = row.pop("last_traceback", None)
+    if row.get("payload_error") is None:
+        row.pop("payload_error", None)  # only a payload Python cannot decode has one
     width = max(len(k) for k in row)
     lines = []
     for key, value in row.items():

@@ -99,25 +99,38 @@ def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
     """Fork the worker processes and supervise them until SIGTERM/SIGINT/SIGQUIT."""
     from brooq import metrics
-    from brooq.app import load_app
+    from brooq.supervisor.reload import AppLoader
 
     directory = metrics.create_directory()  # before the app can create any metric
     try:
-        return supervise(args, settings, load_app(args.app))
+        loader = AppLoader(args.app)
+        return supervise(args, settings, loader.load(), loader)
     finally:
         metrics.remove_directory(directory)
 
 
-def supervise(args: argparse.Namespace, settings: Settings, queue: Any) -> int:
-    """Assemble the supervisor of ``queue`` and run it."""
-    from brooq.metrics import Metrics
-    from brooq.supervisor.arbiter import Supervisor
+def prepare(queue: Any, settings: Settings) -> list[list[str]]:
+    """Configure ``queue`` with ``settings``; the topics of each worker slot."""
     from brooq.supervisor.slots import parse_slots
 
     queue.configure(settings.kind_options())
     topics = served(settings, queue.registry.topics())
-    slots = parse_slots(settings.workers, topics, queue.registry.topics())
+    return parse_slots(settings.workers, topics, queue.registry.topics())
+
+
+def supervise(args: argparse.Namespace, settings: Settings, queue: Any,
+              loader: Any = None) -> int:
+    """Assemble the supervisor of ``queue`` and run it (``loader``: SIGHUP loads new code)."""
+    from brooq.cli.common import settings_from
+    from brooq.metrics import Metrics
+    from brooq.supervisor.arbiter import Supervisor
+    from brooq.supervisor.reload import Reloader
+
+    slots = prepare(queue, settings)
     dsn = app_dsn(settings, queue)
     own = SUPERVISOR_CONNECTIONS + (SURFACE_CONNECTIONS if settings.http_addr else 0)
     preflight(dsn, workers=len(slots), own=own)
-    return Supervisor(queue, settings, slots, dsn, name=args.app, metrics=Metrics()).run()
+    reloader = None if loader is None else Reloader(loader, lambda: settings_from(args), prepare,
+                                                    slots)
+    return Supervisor(queue, settings, slots, dsn, name=args.app,
+                      metrics=Metrics(), reloader=reloader).run()

@@ -123,6 +123,18 @@ class Settings:
         "DATABASE_URL", v.DSN, None,
         "PostgreSQL URL or libpq key=value string (secret: its password is never logged).",
         section="secrets", example="postgresql://user@localhost:5432/app", secret=True)
+    listen_url: Key[str | None] = Key(
+        "QUEUE_LISTEN_URL", v.DSN, None,
+        "Direct PostgreSQL URL for LISTEN (a session of its own), for when DATABASE_URL goes "
+        "through a transaction-pooling PgBouncer. Empty: LISTEN on DATABASE_URL, or with "
+        "QUEUE_PGBOUNCER no LISTEN at all (look for jobs every QUEUE_POLL_INTERVAL).",
+        section="secrets", example="postgresql://user@db-host:5432/app", secret=True)
+    pgbouncer: Key[bool] = Key(
+        "QUEUE_PGBOUNCER", v.BOOL, "false",
+        "DATABASE_URL goes through PgBouncer in transaction mode: no server-side prepared "
+        "statements, no session settings (statement_timeout by SET LOCAL), no LISTEN but on "
+        "QUEUE_LISTEN_URL (true/false).",
+        section="connections")
     workers: Key[int | str] = Key(
         "QUEUE_WORKERS", v.WORKERS, "2",
         "Worker processes of a supervisor: a count (8) or topic=count pairs "
@@ -291,6 +303,12 @@ class Settings:
             backoff_max=self.backoff_max,
         )
 
+    def listen_dsn(self, dsn: str) -> str | None:
+        """Where LISTEN connects: QUEUE_LISTEN_URL, else ``dsn`` unless it is a bouncer's."""
+        if self.listen_url:
+            return self.listen_url
+        return None if self.pgbouncer else dsn
+
     def kind_options(self) -> KindOptions:
         """Defaults for every kind option that the handler's code does not set."""
         return KindOptions(**self.kind_defaults(), watchdog_grace=self.watchdog_grace)
@@ -306,6 +324,7 @@ ORDERED = (("attempt_timeout", "max_execution_timeout"), ("backoff_base", "backo
 """A soft timeout above the hard one, or a base above the cap, can never take effect."""
 SECTIONS = {
     "secrets": "secrets (placeholders)",
+    "connections": "connections",
     "workers": "workers",
     "kinds": "defaults of every kind option that code does not set",
     "maintenance": "maintenance (run by every supervisor)",

@@ -6,14 +6,20 @@ implements it for unit tests. One contract suite runs against both.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from brooq.engine.outcome import Outcome
-from brooq.vocabulary import Enqueued, Job, JobRecord, Schedule, SettleHook
+from brooq.vocabulary import (
+    Enqueued,
+    Job,
+    JobRecord,
+    Schedule,
+    SettleHook,
+    decode_stored_payload,
+)
 
 
 class SettleHookFailed(Exception):
@@ -66,12 +72,10 @@ class Claimed:
     @property
     def payload(self) -> Any:
         """The decoded payload; PayloadUndecodable when Python cannot decode it."""
-        try:
-            return json.loads(self.payload_text)
-        except (ValueError, RecursionError) as exc:
-            # Python refuses integers of more than 4,300 digits and nesting past the
-            # recursion limit, both of which jsonb stores happily.
-            raise PayloadUndecodable(f"payload cannot be decoded: {str(exc)[:200]}") from None
+        payload, error = decode_stored_payload(self.payload_text)
+        if error is not None:
+            raise PayloadUndecodable(error)
+        return payload
 
 
 class TopicCount(NamedTuple):

@@ -27,3 +27,7 @@ class Every:
     def hurry(self) -> None:
         """Make the next call to :meth:`due` return True (work was left for the next tick)."""
         self.next_at = 0.0
+
+    def retry_within(self, now: float, seconds: float) -> None:
+        """Make a run due at ``now + seconds`` at the latest (the last one failed)."""
+        self.next_at = min(self.next_at, now + seconds)

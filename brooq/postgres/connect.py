@@ -17,6 +17,7 @@ from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from brooq.postgres.dsn import MALFORMED, scrub
+from brooq.postgres.sql import sql
 from brooq.vocabulary import SchemaMissing, StoreUnavailable
 
 _RELATION = re.compile(r'relation "([^"]+)" does not exist')
@@ -80,6 +81,26 @@ def resilient(conninfo: str) -> dict[str, Any]:
     return {k: v for k, v in RESILIENCE.items() if k not in given}
 
 
+class _Profile:
+    """How this process reaches PostgreSQL; set once at start (``use_pgbouncer``)."""
+
+    pgbouncer = False
+
+
+PROFILE = _Profile()
+
+
+def use_pgbouncer(on: bool = True) -> None:
+    """Every connection brooq opens from a DSN in this process (and its forks) may go through
+    a transaction-pooling PgBouncer: no server-side prepared statements, no startup options
+    (``statement_timeout`` becomes a ``SET LOCAL`` in each operation's transaction).
+
+    Connections and pools you give brooq are yours to configure
+    (``prepare_threshold=None`` on them).
+    """
+    PROFILE.pgbouncer = on
+
+
 def connect(
     conninfo: str, *, statement_timeout: timedelta | None = None, prepare: bool = True,
     **kwargs: Any,
@@ -87,12 +108,17 @@ def connect(
     """Open one autocommit connection; StoreUnavailable (password-free) when it fails.
 
     ``statement_timeout`` is set as a startup option (no session state to
-    keep). ``prepare=False`` turns off psycopg's server-side prepared
-    statements, which a transaction-pooling PgBouncer cannot keep.
+    keep) — except through PgBouncer (``use_pgbouncer``), which refuses
+    startup options: there the Connector sets it per transaction.
+    ``prepare=False`` (implied through PgBouncer) turns off psycopg's
+    server-side prepared statements, which a transaction-pooling PgBouncer
+    cannot keep.
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
-    if statement_timeout is not None:
+    if PROFILE.pgbouncer:
+        prepare = False
+    elif statement_timeout is not None:
         ms = max(1, int(statement_timeout.total_seconds() * 1000))
         params["options"] = f"{params.get('options', '')} -c statement_timeout={ms}".strip()
     try:
@@ -131,6 +157,7 @@ class Connector:
         self._own: psycopg.Connection[Any] | None = None
         self._own_pid = os.getpid()
         self._inherited: list[psycopg.Connection[Any]] = []
+        self._cut: list[tuple[int, int]] = []  # (backend pid, client port) of cut connections
         # Re-entrant: a settle hook that calls back into the same store (say
         # queue.enqueue during queue.drain) must not deadlock on its own lock.
         self._lock = threading.RLock()
@@ -148,7 +175,10 @@ class Connector:
                 with self._lock:
                     conn = self._owned()
                     try:
-                        yield conn
+                        if PROFILE.pgbouncer and self.source.statement_timeout is not None:
+                            yield from self._limited(conn, self.source.statement_timeout)
+                        else:
+                            yield conn
                     except BaseException:
                         self._drop_if_unusable()
                         raise
@@ -169,6 +199,16 @@ class Connector:
             with conn.transaction():
                 yield conn
 
+    @staticmethod
+    def _limited(conn: psycopg.Connection[Any], timeout: timedelta,
+                 ) -> Iterator[psycopg.Connection[Any]]:
+        # Through a transaction pooler a session setting would stick to a server
+        # connection someone else gets next: bound this operation's transaction only.
+        ms = f"{max(1, int(timeout.total_seconds() * 1000))}ms"
+        with conn.transaction():
+            conn.execute(sql("limit_statement_time"), {"timeout": ms})
+            yield conn
+
     def _owned(self) -> psycopg.Connection[Any]:
         if self._own is not None and self._own_pid != os.getpid():
             # Inherited across fork: closing it would end the parent's session,
@@ -180,7 +220,17 @@ class Connector:
             assert self._conninfo is not None
             self._own = connect(self._conninfo, statement_timeout=self.source.statement_timeout,
                                 prepare=self.source.prepare)
+            self._terminate_cut(self._own)
         return self._own
+
+    def _terminate_cut(self, conn: psycopg.Connection[Any]) -> None:
+        """End the server side of the connections :meth:`abort` cut, best effort."""
+        cut, self._cut = self._cut, []
+        if not cut:
+            return
+        with contextlib.suppress(psycopg.Error):
+            conn.execute(sql("terminate_cut_backends"),
+                         {"pids": [pid for pid, _ in cut], "ports": [port for _, port in cut]})
 
     def _drop_if_unusable(self) -> None:
         conn = self._own
@@ -195,6 +245,23 @@ class Connector:
                 conn.close()
             self._own = None
 
+    def fileno(self) -> int | None:
+        """The socket of the connection this connector opened (in this process), if open."""
+        conn = self._own
+        if conn is None or conn.closed or self._own_pid != os.getpid():
+            return None
+        try:
+            return conn.fileno()
+        except psycopg.Error:
+            return None
+
+    def forget(self) -> None:
+        """Drop the owned connection without closing it: its descriptor may be someone
+        else's now (a handler closed it and opened a file), which ``close`` would close."""
+        if self._own is not None:
+            self._inherited.append(self._own)  # kept referenced: never finalized
+            self._own = None
+
     def abort(self) -> None:
         """Cut the owned connection from another thread (a statement that will not return).
 
@@ -205,8 +272,13 @@ class Connector:
         if conn is None or conn.closed:
             return
         with contextlib.suppress(OSError, psycopg.Error):
-            fd = conn.fileno()
-            socket.socket(fileno=os.dup(fd)).shutdown(socket.SHUT_RDWR)
+            sock = socket.socket(fileno=os.dup(conn.fileno()))
+            with sock:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    # The backend may only be frozen: it would still run what it was sent
+                    # (a claim) once it wakes. The next connection ends it first.
+                    self._cut.append((conn.info.backend_pid, sock.getsockname()[1]))
+                sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         """Close the connection this connector opened itself (never a given one or a pool)."""

@@ -36,8 +36,9 @@ class Listener:
     give a direct DSN (QUEUE_LISTEN_URL).
     """
 
-    def __init__(self, dsn: str, *, jobs: bool = True, cancels: bool = True) -> None:
+    def __init__(self, dsn: str | None, *, jobs: bool = True, cancels: bool = True) -> None:
         self.dsn = dsn
+        """None: no LISTEN at all (a bouncer's DSN and no QUEUE_LISTEN_URL); callers poll."""
         self.statements = [sql(n) for n, on in (("listen_jobs", jobs),
                                                   ("listen_cancels", cancels)) if on]
         self.conn: psycopg.Connection[object] | None = None
@@ -46,6 +47,8 @@ class Listener:
 
     def fileno(self) -> int | None:
         """The socket to wait on, connecting (and LISTENing) when needed; None while down."""
+        if self.dsn is None:
+            return None
         if self.conn is None or self.conn.closed or self.conn.broken:
             self.conn = None
             try:

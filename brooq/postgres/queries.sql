@@ -244,8 +244,8 @@ SELECT id FROM canceled
 {{notify_forced}}
 
 -- name: get
--- The fate of a job: one SELECT.
-SELECT id, topic, payload, state, attempts, expirations, priority, available_at, locked_by,
+-- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
+SELECT id, topic, payload::text AS payload, state, attempts, expirations, priority, available_at, locked_by,
        locked_until, idempotency_key, last_error, last_traceback, created_at, updated_at
 FROM job
 WHERE id = %(id)s
@@ -263,6 +263,17 @@ LISTEN brooq_cancel
 
 -- name: ping
 SELECT 1
+
+-- name: terminate_cut_backends
+-- The backends of connections this process cut as stuck (a frozen server
+-- process, a silent proxy): each may still hold a statement it has not run,
+-- a claim whose rows nobody would hear of. Ended by pid, and only if that
+-- pid still serves the client port that was cut (a pid can be reused).
+SELECT pg_terminate_backend(a.pid)
+FROM pg_stat_activity a
+JOIN unnest(%(pids)s::int[], %(ports)s::int[]) AS cut(pid, port)
+  ON a.pid = cut.pid AND a.client_port = cut.port
+WHERE a.datname = current_database()
 
 -- name: limit_statement_time
 -- Bounds the statements of the current transaction (admin reads at scrape time).

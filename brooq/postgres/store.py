@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeGuard
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
 from brooq.postgres.connect import Connector, Source
+from brooq.postgres.dsn import dsn_passwords, scrub
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
 from brooq.postgres.sql import sql
 from brooq.vocabulary import (
@@ -27,6 +31,7 @@ from brooq.vocabulary import (
     Schedule,
     SettleHook,
     State,
+    decode_stored_payload,
     parse_job_id,
 )
 
@@ -35,8 +40,10 @@ DEADLOCK_RETRIES = 5
 
 
 def record(row: Mapping[str, Any]) -> JobRecord:
-    """A JobRecord from a row of the ``get`` statement."""
-    return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"])})
+    """A JobRecord from a row of the ``get`` statement (its payload still JSON text)."""
+    payload, error = decode_stored_payload(row["payload"])
+    return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"]),
+                        "payload": payload, "payload_error": error})
 
 
 def _claimed(rows: Iterable[Row], holder: str) -> list[Claimed]:
@@ -46,6 +53,29 @@ def _claimed(rows: Iterable[Row], holder: str) -> list[Claimed]:
                     expirations, priority, available_at)
             for job_id, topic, payload, attempts, expirations, locked_until, priority, available_at
             in ordered]
+
+
+def _secrets_of(source: str | ConnectionPool | psycopg.Connection[Any]) -> list[str]:
+    """The password(s) a store's own error texts must never carry."""
+    if isinstance(source, str):
+        return dsn_passwords(source)
+    if isinstance(source, ConnectionPool):
+        conninfo = source.conninfo  # may be a callable, which we do not call
+        return dsn_passwords(conninfo) if isinstance(conninfo, str) else []
+    try:
+        password = source.info.password
+    except psycopg.Error:
+        return []
+    return [password] if password else []
+
+
+def _hidden(outcome: Outcome, secrets: Sequence[str]) -> Outcome:
+    """``outcome`` with DSN passwords hidden in its error and traceback: a handler that
+    failed to connect somewhere often quotes the DSN, password and all."""
+    if outcome.error is None and outcome.traceback is None:
+        return outcome
+    return replace(outcome, error=outcome.error and scrub(outcome.error, secrets),
+                   traceback=outcome.traceback and scrub(outcome.traceback, secrets))
 
 
 def _settle_params(ticket: Ticket, outcome: Outcome) -> dict[str, Any]:
@@ -105,6 +135,7 @@ class PostgresStore:
         prepare: bool = True,
     ) -> None:
         self.connector = Connector(Source(source, statement_timeout, prepare))
+        self._secrets = _secrets_of(source)
         self._turn = False
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
@@ -191,7 +222,7 @@ class PostgresStore:
         """Write the outcome if the ticket still holds the job; chain and hooks in the same tx."""
         if outcome.kind is SettleKind.ABANDON:
             return False
-        params = _settle_params(ticket, outcome)
+        params = _settle_params(ticket, _hidden(outcome, self._secrets))
         with_effects = outcome.kind is SettleKind.DONE and (chain or hooks)
         with self.connector.connection() as conn:
             if not with_effects:
@@ -227,7 +258,7 @@ class PostgresStore:
         reaper updating the same rows in another order); it rolled back whole
         and the fence makes running it again safe.
         """
-        outcomes = _outcomes_json(settles)
+        outcomes = _outcomes_json([(t, _hidden(o, self._secrets)) for t, o in settles])
         if outcomes == "[]":
             return set()
         rows = self._retrying(sql("settle_many"), {"outcomes": outcomes})
@@ -235,9 +266,13 @@ class PostgresStore:
 
     def _retrying(self, statement: str, params: dict[str, Any]) -> list[Row]:
         with self.connector.connection() as conn:
+            # Inside a transaction (through PgBouncer the connector opens one per operation
+            # for its SET LOCAL), each try is a savepoint, so a deadlock victim can retry.
+            nested = conn.info.transaction_status != TransactionStatus.IDLE
             for attempt in range(DEADLOCK_RETRIES):
                 try:
-                    return conn.execute(statement, params).fetchall()
+                    with conn.transaction() if nested else contextlib.nullcontext():
+                        return conn.execute(statement, params).fetchall()
                 except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
                     if attempt == DEADLOCK_RETRIES - 1:
                         raise

@@ -32,7 +32,7 @@ from brooq.logs import event
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import protocol
+from brooq.supervisor import protocol, reload
 from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Kill
 from brooq.supervisor.completer import Completer
 from brooq.supervisor.database import DatabaseThread, Lanes
@@ -73,7 +73,8 @@ class Supervisor:
     """Forks and supervises the worker processes of one app; claims and settles for them."""
 
     def __init__(self, queue: Queue, settings: Settings, slots: list[list[str]], dsn: str,
-                 name: str = "app", metrics: prom.Metrics | None = None) -> None:
+                 name: str = "app", metrics: prom.Metrics | None = None,
+                 reloader: reload.Reloader | None = None) -> None:
         self.queue, self.settings, self.dsn, self.name = queue, settings, dsn, name
         self.metrics = metrics or prom.Metrics()
         self.holder = holder_id()
@@ -100,6 +101,7 @@ class Supervisor:
         self.surface: Surface | None = None
         self.readable: set[int] = set()
         """The descriptors the last wait found readable."""
+        self.reloader = reloader
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -127,6 +129,7 @@ class Supervisor:
         self.metrics.initialise(topics, [str(r) for r in RESTART_REASONS],
                                 [s.name for s in self.queue.schedules])
         self.surface = Surface.open(self)
+        osproc.become_subreaper()
         signal.set_wakeup_fd(self.wake_w)
         for signum in HANDLED_SIGNALS:
             signal.signal(signum, self._queue_signal)
@@ -144,7 +147,7 @@ class Supervisor:
         self.db = Lanes(DatabaseThread(self.claims_store.connector, stuck_after),
                         DatabaseThread(self.store.connector, stuck_after))
         self.inspection = PostgresInspection(self.store.connector)
-        self.notices = Notices(self.dsn)
+        self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval)
         limits = {t: n for t in self.queue.registry.topics()
                   if (n := self.queue.registry.options(t).max_running)}
         prefetch = len(self.slots) if s.prefetch is None else s.prefetch
@@ -185,6 +188,7 @@ class Supervisor:
     def teardown(self) -> None:
         """Let the database thread finish its queue, then close what the parent opened."""
         signal.set_wakeup_fd(-1)
+        osproc.kill_children()  # what handlers left behind, reparented to us: nothing outlives
         self.db.stop(timeout=5.0)
         self.notices.stop()
         self.store.close()
@@ -218,6 +222,7 @@ class Supervisor:
         if self.stopping:
             self.release(self.producer.drain(), "stopping")  # claims that came back late
         self.probe_database(now)
+        reload.step(self, now)
         self.manage_workers()
         self.db.check_stuck(now)
         self.report_ready()
@@ -291,9 +296,10 @@ class Supervisor:
         self.workers.kill_all(Kill.SHUTDOWN)
 
     def handle_sighup(self) -> None:
-        """Replace every worker, one at a time, each finishing its job first."""
-        self.generation += 1
-        event(log, "SupervisorReloading", generation=self.generation)
+        """New code and settings (checked first), then every worker replaced, one at a time,
+        each finishing its job first (brooq/supervisor/reload.py)."""
+        if not self.stopping:
+            reload.begin(self)
 
     def handle_sigttin(self) -> None:
         """One worker more (serving every topic of this supervisor)."""

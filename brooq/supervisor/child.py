@@ -81,7 +81,8 @@ class Worker:
         self.jobs = 0
         self.stopping = False
         self.busy = False
-        self._store: Store | None = None
+        self.damaged = False
+        self._store: PostgresStore | None = None
 
     @property
     def store(self) -> Store:
@@ -98,8 +99,9 @@ class Worker:
             raise _Stopping
 
     def install_signals(self) -> None:
-        """TERM: finish the job, then leave. INT is ignored: a terminal's ^C reaches the
-        whole process group, and the parent decides what it means."""
+        """TERM: finish the job, then leave. INT is ignored: the parent decides what a ^C
+        means (a worker leads a process group of its own, but a handler may signal its
+        group or the terminal's)."""
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGTERM, self._on_term)
         for signum in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU):
@@ -164,7 +166,9 @@ class Worker:
         osproc.title(f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
                      f"attempt {claimed.attempt}")
         self.log.claimed(claimed, options)
+        owned = self.owned_fds()
         executed = self.executor.run(claimed)
+        self.check_fds(owned, claimed)
         outcome, written = executed.outcome, None
         if executed.has_effects:
             outcome, written = self.settle_here(executed)
@@ -194,8 +198,40 @@ class Worker:
                                "job_id": executed.claimed.id})
             return executed.outcome, False
 
+    def owned_fds(self) -> dict[int, osproc.FdIdentity]:
+        """What the worker's own descriptors are: stdio, its socket, its database connection."""
+        fds = [0, 1, 2, self.sock]
+        if self._store is not None and (fd := self._store.connector.fileno()) is not None:
+            fds.append(fd)
+        return osproc.fd_identities(fds)
+
+    def check_fds(self, before: dict[int, osproc.FdIdentity], claimed: Claimed) -> None:
+        """After a handler: did it close (or replace) a descriptor the worker owns?
+
+        Its socket to the parent: the outcome cannot be reported (a write there
+        could even land in a file the handler opened), so leave now; the parent
+        records the crash. Its database connection: forget it unclosed (closing
+        would close whatever holds the number now) and open a new one. Stdio:
+        later logs would be lost or, once a new socket takes the number, written
+        into it. Any of them: report, then leave for a fresh worker.
+        """
+        now = osproc.fd_identities(list(before))
+        damaged = [fd for fd, identity in before.items() if now[fd] != identity]
+        if not damaged:
+            return
+        if self.sock in damaged:
+            os._exit(ExitCode.LOST_PARENT)
+        if self._store is not None and self._store.connector.fileno() in damaged:
+            self._store.connector.forget()
+        self.damaged = True
+        log.warning("the handler closed descriptors the worker owns; it leaves after this job",
+                    extra={"event": "WorkerDamaged", "job_id": claimed.id,
+                           "topic": claimed.topic, "fds": ",".join(map(str, damaged))})
+
     def leaving_reason(self) -> str | None:
         """Why this worker must leave before its next job, or None."""
+        if self.damaged:
+            return "broken"
         if self.stopping:
             return "stopping"
         if self.config.max_jobs and self.jobs >= self.config.max_jobs:
@@ -221,6 +257,7 @@ def worker_main(
     code: int = ExitCode.CRASH
     try:
         osproc.die_with_parent(parent_pid)
+        osproc.lead_process_group()  # what a handler forks dies with this worker
         set_identity(config.metrics_id)
         worker = Worker(queue, config, sock, metrics)
         worker.install_signals()

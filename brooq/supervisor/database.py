@@ -27,6 +27,8 @@ from brooq.postgres.connect import Connector
 from brooq.vocabulary import StoreUnavailable
 
 log = logging.getLogger("brooq.supervisor")
+OUTAGE_LOG_S = 60.0
+"""While the database stays unavailable for the same reason, log it again this often."""
 
 Done = Callable[[Any, BaseException | None], None]
 """Called in the loop with the task's result, or with the exception it raised."""
@@ -139,6 +141,18 @@ class DatabaseThread:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    _reported: tuple[str, float] | None = None
+
+    def _report_outage(self, task: str, exc: StoreUnavailable) -> None:
+        """Log why the database is unavailable (its text is password-free): /healthz only
+        says "database unavailable". Once per new reason, and at most every OUTAGE_LOG_S."""
+        text, now = str(exc), time.monotonic()
+        last = self._reported
+        if last is not None and last[0] == text and now - last[1] < OUTAGE_LOG_S:
+            return
+        self._reported = (text, now)
+        event(log, "DatabaseUnavailable", logging.WARNING, task=task, error=text)
+
     def _serve(self) -> None:
         while (task := self._todo.get()) is not None:
             task.started = time.monotonic()
@@ -147,9 +161,11 @@ class DatabaseThread:
                 with no_fork():
                     task.result = task.run()
                 self.last_ok = time.monotonic()
+                self._reported = None
             except StoreUnavailable as exc:
                 task.error = exc
                 self.last_failed = time.monotonic()
+                self._report_outage(task.name, exc)
             except BaseException as exc:  # a bug in a task must not end the thread
                 task.error = exc
                 log.error("database task failed", exc_info=exc, extra={"task": task.name})

@@ -23,6 +23,10 @@ from brooq.supervisor.database import Database
 
 log = logging.getLogger("brooq.supervisor")
 
+RETRY_S = 1.0
+"""After a failed heartbeat (its connection cut as stuck, an outage) the next one is sent this
+soon, not a whole lease/3 later: one lost statement must not bring the leases to their end."""
+
 
 @dataclass
 class Held:
@@ -82,10 +86,16 @@ class LeaseKeeper:
         self.lease = lease
         self.every = Every(lease / 3)
         self.on_lost = on_lost
+        self.failed = False
 
     def run_once(self, now: float) -> bool:
         """Send a heartbeat when one is due and none is under way; True if sent."""
-        if self.db.busy("heartbeat") or not self.every.due(now):
+        if self.db.busy("heartbeat"):
+            return False
+        if self.failed:  # the leases stand until their end (see expiring()): try again soon
+            self.failed = False
+            self.every.retry_within(now, RETRY_S)
+        if not self.every.due(now):
             return False
         tickets = self.holdings.tickets()
         if not tickets:
@@ -94,7 +104,8 @@ class LeaseKeeper:
 
         def done(kept: set[str] | None, error: BaseException | None) -> None:
             if error is not None or kept is None:
-                return  # an outage: the leases stand until their end; see expiring()
+                self.failed = True
+                return
             self.holdings.extend(kept, lease_end)
             for ticket in tickets:
                 held = self.holdings.get(ticket.job_id)

@@ -15,7 +15,7 @@ import select
 import threading
 from datetime import timedelta
 
-from brooq.logs import event
+from brooq.logs import event, listen_off
 from brooq.osproc import no_fork
 from brooq.postgres.listen import Heard, Listener
 
@@ -28,7 +28,7 @@ MAX_BACKOFF_S = 10.0
 class Notices:
     """Runs a Listener on a daemon thread; ``fileno()`` is readable when something arrived."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str | None, poll_interval: timedelta = WAIT) -> None:
         self.listener = Listener(dsn)
         self._heard: queue.SimpleQueue[Heard] = queue.SimpleQueue()
         self._stop = threading.Event()
@@ -36,7 +36,10 @@ class Notices:
         os.set_blocking(self._read, False)
         self.connected = False
         self._thread = threading.Thread(target=self._serve, name="brooq-listen", daemon=True)
-        self._thread.start()
+        if dsn is None:
+            listen_off(poll_interval)
+        else:
+            self._thread.start()
 
     def fileno(self) -> int:
         """Readable when notifications wait for :meth:`read`."""
@@ -90,8 +93,10 @@ class Notices:
     def stop(self) -> None:
         """End the thread and close the LISTEN connection."""
         self._stop.set()
-        self._thread.join(WAIT.total_seconds() + 1)
+        if self._thread.is_alive():
+            self._thread.join(WAIT.total_seconds() + 1)
         self.listener.close()
         for fd in (self._read, self._write):
             with contextlib.suppress(OSError):
                 os.close(fd)
+

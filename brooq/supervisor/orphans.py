@@ -51,7 +51,7 @@ def exit_reason(child: ChildProcess, status: int, generation: int, stopping: boo
     """Why the worker is gone, for logs and brooq_worker_restarts_total."""
     if child.kill is not None:
         return Exit(child.kill.value)
-    if child.leaving in (Exit.MAX_JOBS, Exit.MAX_MEMORY):
+    if child.leaving in (Exit.MAX_JOBS, Exit.MAX_MEMORY, Exit.BROKEN):
         return Exit(child.leaving)
     if child.retiring and planned(status):
         return Exit.RELOAD if generation > child.generation else Exit.STOPPED
@@ -85,4 +85,7 @@ def crash_text(kill: Kill | None, job: Running, how: str) -> str:
     if kill is Kill.BROKEN:
         return ("the worker broke its connection to the supervisor while running the handler "
                 f"(it closed a file descriptor it did not own?); the supervisor killed it ({how})")
+    if how == f"exited with code {int(ExitCode.LOST_PARENT)}":
+        return ("the worker lost its connection to the supervisor while running the handler "
+                f"(it closed a file descriptor it did not own?); worker process {how}")
     return f"worker process {how} while running the handler"

@@ -101,13 +101,10 @@ class Processes:
 
     def reaped(self) -> Iterator[tuple[ChildProcess, int]]:
         """waitpid every worker that ended: each record with its wait status."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
+        # reap_any also kills what is left of the worker's process group (its forks);
+        # a pid that is no worker is a grandchild reparented to us (we are a subreaper).
+        while (ended := osproc.reap_any()) is not None:
+            pid, status = ended
             child = self.children.pop(pid, None)
             if child is not None:
                 prom.mark_dead(child.metrics_id)
@@ -168,7 +165,10 @@ class Processes:
         for child in self:
             if child.slot >= len(slots) and not child.retiring:
                 self.retire(child)
-        if not any(c.retiring for c in self):
+        # The next old worker goes only once every new one has booted: new code that
+        # dies at boot costs one slot, not all of them.
+        current = [c for c in self if c.generation == generation]
+        if not any(c.retiring for c in self) and all(c.booted for c in current):
             old = [c for c in self if c.generation < generation]
             if old:
                 self.retire(min(old, key=lambda c: c.started))

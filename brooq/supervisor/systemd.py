@@ -48,6 +48,15 @@ class Notifier:
             self.ready_sent = True
             self.send("READY=1", f"STATUS={status}")
 
+    def reloading(self, status: str) -> None:
+        """RELOADING=1 (with MONOTONIC_USEC, as Type=notify-reload wants it)."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.send("RELOADING=1", f"MONOTONIC_USEC={usec}", f"STATUS={status}")
+
+    def reloaded(self, status: str) -> None:
+        """READY=1 again after a reload, whether it succeeded or not."""
+        self.send("READY=1", f"STATUS={status}")
+
     def stopping(self, status: str) -> None:
         """STOPPING=1."""
         self.send("STOPPING=1", f"STATUS={status}")

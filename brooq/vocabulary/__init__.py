@@ -30,7 +30,12 @@ from brooq.vocabulary.holder import holder_host, holder_id
 from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
 from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
-from brooq.vocabulary.payload import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
+from brooq.vocabulary.payload import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    decode_payload,
+    decode_stored_payload,
+    encode_payload,
+)
 from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
@@ -74,6 +79,7 @@ __all__ = [
     "Topic",
     "coerce_duration",
     "decode_payload",
+    "decode_stored_payload",
     "encode_payload",
     "find_signal",
     "format_duration",

@@ -40,7 +40,7 @@ def parse_duration(text: str) -> timedelta:
     try:
         return timedelta(microseconds=sign * round(micros))
     except OverflowError:
-        raise ValueError(f'"{body}" is too long; write at most 999999999d') from None
+        raise ValueError(f'"{body}" is too long; write at most 8760h (365 days)') from None
 
 
 def format_duration(td: timedelta) -> str:

@@ -14,9 +14,11 @@ class HandlerSignal(Exception):
 
 
 class Delay(HandlerSignal):
-    """Retry later, after ``seconds`` (clamped to backoff max); no extra attempt is charged.
+    """Retry later, after ``seconds`` (clamped to backoff max).
 
-    On the last attempt the job still goes ``dead``.
+    Each Delay uses the attempt it ran in (the retry is the next attempt), so
+    on the last attempt the job goes ``dead``; raise PreserveAttempt to wait
+    without using one up.
     """
 
     def __init__(self, seconds: float | timedelta) -> None:

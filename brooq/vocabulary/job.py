@@ -70,7 +70,9 @@ class Enqueued(tuple[str, bool]):
     ``created`` is False when a row with the same (topic, idempotency_key)
     already existed, whatever its state; ``id`` and ``state`` are then that
     row's, so a caller can tell a key held by a ``dead`` job (which will not
-    run again unless retried: ``brooq jobs retry ID``) from one still queued.
+    run again) from one still queued. To run a dead job's work again, enqueue
+    it without the key, or delete the dead row and enqueue again in one
+    transaction (a key is free once its row is gone).
     """
 
     state: State
@@ -113,6 +115,8 @@ class JobRecord:
     updated_at: datetime
     expirations: int = 0
     last_traceback: str | None = None
+    payload_error: str | None = None
+    """Why ``payload`` is None: the stored JSON is more than Python can decode."""
 
     @property
     def charged_attempts(self) -> int:

@@ -63,3 +63,20 @@ def _holds_nul(value: Any) -> bool:
 def decode_payload(text: str | bytes) -> Any:
     """Decode JSON text read back from the database."""
     return json.loads(text)
+
+
+UNDECODABLE = "payload cannot be decoded"
+
+
+def decode_stored_payload(text: str) -> tuple[Any, str | None]:
+    """``(payload, None)``, or ``(None, why)`` when Python cannot decode the stored JSON.
+
+    jsonb happily stores what Python's json refuses: integers of more than
+    4,300 digits, arrays nested deeper than the recursion limit (the SQL path
+    of docs/operations.md takes any of them). Whoever reads such a row gets
+    the reason instead of an exception.
+    """
+    try:
+        return json.loads(text), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"{UNDECODABLE}: {str(exc)[:200]}"

@@ -8,7 +8,7 @@ tickets, settle-and-claim, cancel, heartbeat, lease expiry, the reaper,
 retention and release. After every step the rows are read back (the fake's
 ``rows``; a ``SELECT`` through a separate autocommit connection for
 PostgreSQL) and checked against a model and against invariants 1–10 of
-DESIGN.md.
+docs/architecture.md ("Invariants and what enforces them").
 
 Time never passes by itself: delays and backoffs are hours long, and a
 lease expires or a job becomes available only through a rule (the fake's

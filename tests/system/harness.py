@@ -318,10 +318,11 @@ class Supervisor:
 
 
 def run_cli(dsn: str, workdir: Path, *args: str, timeout: float = 30.0,
-            ) -> subprocess.CompletedProcess[str]:
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m brooq.cli ARGS`` with the test database; its completed process."""
+    extra = env or {}
     env = {k: v for k, v in os.environ.items()
            if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
-    env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH})
+    env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH, **extra})
     return subprocess.run([sys.executable, "-m", "brooq.cli", *args], cwd=workdir, env=env,
                           capture_output=True, text=True, timeout=timeout)

@@ -15,14 +15,31 @@ from typing import Any
 import psycopg
 import pytest
 
+from brooq.metrics import OUTCOMES
+from brooq.supervisor.children import RESTART_REASONS
+from brooq.vocabulary import State
 from tests.system.harness import count, free_port, insert_jobs, wait_until
-from tests.system.obs_helpers import ROOT, ensure_prometheus_tool, http_addr, request
+from tests.system.obs_helpers import (
+    ROOT,
+    Scrape,
+    ensure_prometheus_tool,
+    http_addr,
+    request,
+    scrape,
+)
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
 
 ALERTS = ROOT / "monitoring" / "prometheus" / "brooq-alerts.yml"
 DASHBOARD = ROOT / "monitoring" / "grafana" / "brooq-dashboard.json"
 FAST = ("--poll-interval", "200ms", "--graceful-timeout", "3s")
+TOPICS = ("hung", "poison", "work")  # the kinds apps/sysapp.py registers
+REASONS = ("crash", "hung", "max_execution", "lease_ending", "broken", "max_jobs", "max_memory",
+           "reload")
+PER_TOPIC = ("brooq_ready_oldest_age_seconds", "brooq_claimed_total",
+             "brooq_attempt_duration_seconds_count", "brooq_attempt_duration_seconds_sum",
+             "brooq_worker_busy", "brooq_hung_workers_total", "brooq_lease_lost_total",
+             "brooq_requeued_total", "brooq_retention_deleted_total")
 # Panels that must show data once jobs ran (the others read counters still at zero or absent).
 PANELS_WITH_DATA = {"Oldest ready job age (SLO)", "Queue depth by state", "Outcomes per second",
                     "Busy worker slots", "Mean attempt duration", "p95 attempt duration"}
@@ -93,6 +110,21 @@ def dashboard_queries() -> dict[str, list[str]]:
                          for t in p["targets"]] for p in board["panels"]}
 
 
+def missing_at_start(page: Scrape) -> list[str]:
+    """Every series of the documented metrics that is known at start and absent (or not 0)."""
+    wanted: list[tuple[str, dict[str, str]]] = [("brooq_workers", {})]
+    for topic in TOPICS:
+        wanted += [(name, {"topic": topic}) for name in PER_TOPIC]
+        wanted.append(("brooq_attempt_duration_seconds_bucket", {"topic": topic, "le": "+Inf"}))
+        wanted += [("brooq_jobs", {"topic": topic, "state": str(s)}) for s in State]
+        wanted += [("brooq_settle_total", {"topic": topic, "outcome": o}) for o in OUTCOMES]
+    wanted += [("brooq_worker_restarts_total", {"reason": r}) for r in REASONS]
+    missing = [f"{name}{labels}" for name, labels in wanted if not page.matching(name, **labels)]
+    nonzero = [f"{name}{labels}" for name, labels in wanted
+               if name != "brooq_workers" and page.value(name, **labels) != 0]
+    return missing + [f"{n} is not 0" for n in nonzero]
+
+
 def rules_health(base: str) -> dict[str, str]:
     status, body = request(f"{base}/api/v1/rules")
     assert status == 200
@@ -106,14 +138,26 @@ def test_prometheus_scrapes_the_supervisor_and_runs_rules_and_dashboard(
     total = 200
     sup = supervise("--workers", "2", *FAST)
     target = http_addr(sup)
+    # The very first scrape, before any job: every series known at start is there at 0, so an
+    # increase() alert sees the first event (they used to appear on their first increment).
+    assert set(REASONS) == set(RESTART_REASONS)
+    assert missing_at_start(scrape(target)) == []
     sup.wait_children(2)
     with prometheus(tmp_path, target) as base:
+        for name, n in [("brooq_hung_workers_total", 3), ("brooq_lease_lost_total", 3),
+                        ("brooq_requeued_total", 3), ("brooq_retention_deleted_total", 3),
+                        ("brooq_worker_restarts_total", len(REASONS))]:
+            zeros = f"count({name} == 0)"
+            wait_until(lambda: scalar_sum(base, zeros) == n,  # noqa: B023 (waited for here)
+                       20, f"Prometheus to see {n} series of {name} at 0")
         insert_jobs(pg, "work", [None] * total)
         wait_until(lambda: count(pg, "state = 'done'") == total, 60, "200 jobs done")
         done = 'sum(brooq_settle_total{outcome="done"})'
         wait_until(lambda: scalar_sum(base, done) == total, 30, f"Prometheus to see {total}")
         assert scalar_sum(base, 'up{job="brooq"}') == 1
-        assert scalar_sum(base, 'sum(brooq_jobs{state="done"})') == total
+        # The database gauges are cached 5 s (and the first scrape above read an empty table).
+        jobs_done = 'sum(brooq_jobs{state="done"})'
+        wait_until(lambda: scalar_sum(base, jobs_done) == total, 15, "the gauges to follow")
         assert scalar_sum(base, "sum(brooq_claimed_total)") == total
 
         health = wait_until(lambda: (h := rules_health(base)) and "unknown" not in h.values()

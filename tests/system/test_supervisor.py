@@ -169,6 +169,9 @@ def test_kill_9_of_the_supervisor_then_a_new_one_finishes_every_job_uncharged(
         row = job(pg, job_id)
         assert row["last_error"] is None, row
         assert row["attempts"] == (2 if job_id in in_flight else 1), row
+    # Taken twice, charged once: the expiry is counted apart (invariant 7).
+    assert count(pg, "id = ANY(%s) AND expirations = 1", [in_flight]) == 4
+    assert count(pg, "expirations <> 0 AND NOT id = ANY(%s)", [in_flight]) == 0
     assert sum(e["count"] for e in second.events("JobRequeued")) == 4
     assert second.events("JobFailed") == []
     assert second.stop() == 0

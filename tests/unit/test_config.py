@@ -240,6 +240,35 @@ def test_cross_checks() -> None:
     load({"QUEUE_ATTEMPT_TIMEOUT": "5m", "QUEUE_BACKOFF_BASE": "1m"})  # equal is fine
 
 
+DURATION_KEYS = ["QUEUE_POLL_INTERVAL", "QUEUE_LEASE", "QUEUE_ATTEMPT_TIMEOUT",
+                 "QUEUE_MAX_EXECUTION_TIMEOUT", "QUEUE_BACKOFF_BASE", "QUEUE_BACKOFF_MAX",
+                 "QUEUE_REAPER_PERIOD", "QUEUE_RETENTION_TTL", "QUEUE_RETENTION_PERIOD",
+                 "QUEUE_WATCHDOG_GRACE", "QUEUE_GRACEFUL_TIMEOUT"]
+
+
+@pytest.mark.parametrize("key", DURATION_KEYS)
+def test_a_duration_past_365_days_is_refused_at_start(key: str) -> None:
+    """``999999999d`` used to load, then the settle failed with DatetimeFieldOverflow."""
+    (line,) = [p for p in problems({key: "999999999d"}) if p.startswith(f"{key}:")]
+    assert line.startswith(f'{key}: "999999999d" is longer than 8760h (365 days)'), line
+    # The bound itself is fine (with the limits that cross checks compare it with).
+    upper = {"QUEUE_MAX_EXECUTION_TIMEOUT": "8760h", "QUEUE_BACKOFF_MAX": "8760h"}
+    assert load({**upper, key: "8760h"}).sources[key] == "env"
+
+
+def test_out_of_bound_durations_are_listed_with_every_other_problem_at_once(
+        tmp_path: Path) -> None:
+    toml = write(tmp_path / "brooq.toml", 'lease = "400d"\n')
+    env = {"QUEUE_BACKOFF_MAX": "999999999d", "QUEUE_RETENTION_TTL": "99999999999d",
+           "QUEUE_WORKERS": "0"}
+    assert problems(env, toml_file=toml) == [
+        "QUEUE_WORKERS: must be at least 1 (got 0); write e.g. 2",
+        'QUEUE_LEASE: "400d" is longer than 8760h (365 days); write e.g. 2m',
+        'QUEUE_BACKOFF_MAX: "999999999d" is longer than 8760h (365 days); write e.g. 1m',
+        'QUEUE_RETENTION_TTL: "99999999999d" is too long; write at most 8760h (365 days)',
+    ]
+
+
 def test_values_are_normalised() -> None:
     s = load({"QUEUE_NOTIFY": "Off", "LOG_LEVEL": "WARNING", "HTTP_ADDR": "[::1]:9000"})
     assert s.notify is False and s.log_level == "warning" and s.http_addr == "[::1]:9000"

@@ -1,0 +1,142 @@
+"""SIGHUP puts new code into service: real supervisor, app file rewritten on disk, real signals.
+
+v1 serves; the file becomes v2, SIGHUP: jobs are then handled by v2 code, a
+job running across the reload finishes on its old worker, nothing is lost or
+run twice. Then a broken v3, SIGHUP: one ReloadFailed error, the same
+workers keep serving v2. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.system.harness import all_terminal, count, insert_jobs, wait_until
+from tests.system.test_systemd_notify import NotifySocket, notify_socket  # noqa: F401
+
+pytestmark = [pytest.mark.system, pytest.mark.db]
+
+APP = """
+import os
+import time
+
+import brooq
+
+VERSION = "{version}"
+queue = brooq.Queue(os.environ["DATABASE_URL"])
+
+
+@queue.kind("work")
+def work(claim: brooq.Claim) -> None:
+    time.sleep(float((claim.payload or {{}}).get("sleep", 0.02)))
+
+    def record(conn) -> None:
+        conn.execute("INSERT INTO seen (job_id, version) VALUES (%s, %s)", (claim.id, VERSION))
+
+    claim.on_succeeded(record)
+{extra}
+"""
+
+
+def write_app(directory: Path, version: str, extra: str = "") -> None:
+    """Rewrite the app module; the padding makes every version's size differ (pyc check)."""
+    text = APP.format(version=version, extra=extra) + "#" * (10 * len(version + extra)) + "\n"
+    (directory / "reloadapp.py").write_text(text)
+
+
+def versions(pg: psycopg.Connection[Any]) -> dict[str, int]:
+    return {v: n for v, n in pg.execute("SELECT version, count(*) FROM seen GROUP BY version")}
+
+
+@pytest.mark.timeout(90)
+def test_sighup_loads_new_code_and_keeps_old_on_broken_import(
+    pg: psycopg.Connection[Any],
+    supervise: Any,
+    tmp_path: Path,
+    notify_socket: NotifySocket,  # noqa: F811
+) -> None:
+    pg.execute("CREATE TABLE seen (job_id uuid NOT NULL UNIQUE, version text NOT NULL)")
+    write_app(tmp_path, "v1")
+    sup = supervise(
+        "--workers",
+        "2",
+        "--poll-interval",
+        "200ms",
+        "--graceful-timeout",
+        "10s",
+        app="reloadapp:queue",
+        env={"PYTHONDONTWRITEBYTECODE": "1", "NOTIFY_SOCKET": str(notify_socket.path)},
+    )
+    v1_workers = sup.wait_children(2)
+    notify_socket.wait_for("READY", 10)
+    ids = insert_jobs(pg, "work", [{} for _ in range(20)])
+    wait_until(lambda: versions(pg).get("v1", 0) >= 20, 20, "v1 handles the first jobs")
+
+    # v2 on disk; a long job is running on a v1 worker when the HUP arrives.
+    long_id = insert_jobs(pg, "work", [{"sleep": 2.0}])[0]
+    wait_until(lambda: sup.child_running(long_id), 10, "the long job to start")
+    write_app(tmp_path, "v2")
+    started = time.monotonic()
+    sup.send(signal.SIGHUP)
+    ids += insert_jobs(pg, "work", [{} for _ in range(20)])
+    sup.wait_event("SupervisorReloaded", 30)
+    v2_workers = sup.wait_children(2, timeout=30, exclude=v1_workers)
+    # systemd sees RELOADING=1, then READY=1 once every worker runs the new code.
+    assert "MONOTONIC_USEC" in notify_socket.wait_for("RELOADING", 10).fields
+    ready = notify_socket.wait_for("READY", 30, sup)
+    assert sorted(ready.workers) == sorted(v2_workers)
+    ids += insert_jobs(pg, "work", [{} for _ in range(30)])
+    wait_until(lambda: versions(pg).get("v2", 0) >= 30, 30, "v2 handles jobs")
+    reload_s = time.monotonic() - started
+
+    # v3 fails at import: one error, the v2 workers serve on.
+    write_app(tmp_path, "v3", extra="raise RuntimeError('v3 is broken')")
+    sup.send(signal.SIGHUP)
+    failed = sup.wait_event("ReloadFailed", 30)
+    assert "v3 is broken" in failed["error"]
+    notify_socket.wait_for("RELOADING", 10)
+    assert "reload failed" in notify_socket.wait_for("READY", 10).fields["STATUS"]
+    before = versions(pg).get("v2", 0)
+    ids += insert_jobs(pg, "work", [{} for _ in range(20)])
+    wait_until(lambda: versions(pg).get("v2", 0) >= before + 20, 20, "v2 keeps serving")
+    assert sup.children() == v2_workers
+    assert "v3" not in versions(pg)
+
+    ids.append(long_id)
+    wait_until(lambda: all_terminal(pg), 20, "every job terminal")
+    assert count(pg, "state <> 'done'") == 0
+    assert count(pg, "attempts <> 1") == 0, "a job ran twice"
+    seen = pg.execute("SELECT count(*), count(DISTINCT job_id) FROM seen").fetchone()
+    assert seen == (len(ids), len(ids)), "each job's effect exactly once"
+    long_version = pg.execute("SELECT version FROM seen WHERE job_id = %s", (long_id,)).fetchone()
+    assert long_version == ("v1",), "the running job finished on its old worker"
+    assert len(sup.events("ReloadFailed")) == 1
+    assert not sup.events("WorkerKilled")
+    assert reload_s < 30
+
+
+@pytest.mark.timeout(60)
+def test_sighup_applies_new_settings_from_the_env_file(
+    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path
+) -> None:
+    """QUEUE_WORKERS from .env: 2, then 3 on SIGHUP; a changed lease is named, not applied."""
+    pg.execute("CREATE TABLE seen (job_id uuid NOT NULL UNIQUE, version text NOT NULL)")
+    write_app(tmp_path, "v1")
+    env_file = tmp_path / ".env"
+    env_file.write_text("QUEUE_WORKERS=2\nQUEUE_LEASE=2m\nQUEUE_POLL_INTERVAL=200ms\n")
+    sup = supervise(app="reloadapp:queue", env={"PYTHONDONTWRITEBYTECODE": "1"})
+    two = sup.wait_children(2)
+    env_file.write_text("QUEUE_WORKERS=3\nQUEUE_LEASE=5m\nQUEUE_POLL_INTERVAL=200ms\n")
+    sup.send(signal.SIGHUP)
+    reloaded = sup.wait_event("SupervisorReloaded", 30)
+    assert reloaded["workers"] == 3
+    assert reloaded["needs_restart"] == "lease,reaper_period"  # the period follows the lease
+    three = sup.wait_children(3, timeout=30, exclude=two)
+    ids = insert_jobs(pg, "work", [{} for _ in range(30)])
+    wait_until(lambda: count(pg, "state = 'done'") == len(ids), 20, "the jobs done")
+    assert sorted(sup.children()) == sorted(three)

@@ -1,0 +1,94 @@
+"""Every log line is one bounded, escaped, password-free line, whatever a handler raised."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from brooq import logs
+from brooq.logs import EXC_MAX_CHARS, FIELD_MAX_CHARS, JsonFormatter, KeyValueFormatter
+
+SECRET = "Wr-Zq9-s3cret-pw"
+FORMATTERS = [JsonFormatter(), KeyValueFormatter()]
+FORMATTER_IDS = ["json", "kv"]
+
+
+@pytest.fixture(autouse=True)
+def secrets() -> Iterator[None]:
+    """The DSN password known to the logs, as `brooq` sets it from DATABASE_URL."""
+    saved = list(logs._secrets)
+    logs.hide_secrets([SECRET])
+    yield
+    logs._secrets[:] = saved
+
+
+def record(
+    msg: str = "handler failed", exc: BaseException | None = None, **fields: object
+) -> logging.LogRecord:
+    """A log record as brooq's code makes one: a message, extra fields, maybe an exception."""
+    info = None
+    if exc is not None:
+        try:
+            raise exc
+        except BaseException:
+            info = sys.exc_info()
+    rec = logging.LogRecord("brooq.test", logging.WARNING, __file__, 1, msg, None, info)
+    rec.__dict__.update(fields)
+    return rec
+
+
+@pytest.mark.parametrize("formatter", FORMATTERS, ids=FORMATTER_IDS)
+def test_a_10_mb_message_makes_a_bounded_line(formatter: logging.Formatter) -> None:
+    huge = "x" * 10_000_000
+    line = formatter.format(record(huge, RuntimeError(huge), error=huge))
+    assert len(line) <= 2 * FIELD_MAX_CHARS + EXC_MAX_CHARS + 1000
+    assert "…" in line
+
+
+@pytest.mark.parametrize("formatter", FORMATTERS, ids=FORMATTER_IDS)
+def test_separators_and_control_characters_never_reach_the_line_raw(
+    formatter: logging.Formatter,
+) -> None:
+    text = "a\nb\rc\u2028d\u2029e\u0085f\x1b[2Jg\x00h"
+    line = formatter.format(record(text, ValueError(text), error=text))
+    assert line.splitlines() == [line]
+    for raw in ("\n", "\r", "\u2028", "\u2029", "\u0085", "\x1b", "\x00"):
+        assert raw not in line, repr(raw)
+    if isinstance(formatter, JsonFormatter):
+        assert json.loads(line)["error"] == text.replace("\x00", "\\0")
+
+
+@pytest.mark.parametrize("formatter", FORMATTERS, ids=FORMATTER_IDS)
+def test_lone_surrogates_are_escaped_not_fatal(formatter: logging.Formatter) -> None:
+    line = formatter.format(record("bad \udcff", ValueError("bad \udcff"), key="k\udcff"))
+    line.encode("utf-8")  # would raise on a lone surrogate
+    assert "\\udcff" in line
+
+
+@pytest.mark.parametrize("formatter", FORMATTERS, ids=FORMATTER_IDS)
+def test_passwords_are_hidden_in_messages_fields_and_tracebacks(
+    formatter: logging.Formatter,
+) -> None:
+    dsn = f"postgresql://app:{SECRET}@db.internal:5432/app"
+    line = formatter.format(
+        record(
+            f"cannot connect to {dsn}",
+            RuntimeError(f"password={SECRET} rejected"),
+            error=f'invalid percent-encoded token: "{SECRET}"',
+            other="postgresql://u:another-one@h/db",
+            kv="host=h password='p w' dbname=d",
+        )
+    )
+    assert SECRET not in line and "another-one" not in line and "p w" not in line
+    assert "***" in line
+
+
+def test_ordinary_fields_are_left_alone() -> None:
+    line = KeyValueFormatter().format(
+        record("JobDone", job_id="01a2-…", topic="email.send", attempt=2)
+    )
+    assert "msg=JobDone" in line and "topic=email.send" in line and "attempt=2" in line
