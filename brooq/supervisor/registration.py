@@ -39,7 +39,6 @@ class Registration:
         self.writer = PostgresRegistration(sup.store.connector)
         self.every = Every(period)
         self.started_at = datetime.now(UTC)
-        self.topics = sorted({t for slot in sup.slots for t in slot.topics})
         self.unregistered = False
         self.warned = False
 
@@ -52,8 +51,14 @@ class Registration:
                 db.submit("unregister", self._guarded(self._unregister), self._done)
             return
         if not db.busy("register") and self.every.due(now):
-            snapshot = self.workers()
-            db.submit("register", self._guarded(lambda: self._register(snapshot)), self._done)
+            snapshot, topics = self.workers(), self.topics()
+            db.submit(
+                "register", self._guarded(lambda: self._register(snapshot, topics)), self._done
+            )
+
+    def topics(self) -> list[str]:
+        """The topics this supervisor serves now (a reload may change them)."""
+        return sorted({t for slot in self.sup.slots for t in slot.topics})
 
     def workers(self) -> list[dict[str, Any]]:
         """What each worker runs now, taken in the loop's thread."""
@@ -77,13 +82,13 @@ class Registration:
             )
         return out
 
-    def _register(self, workers: list[dict[str, Any]]) -> None:
+    def _register(self, workers: list[dict[str, Any]], topics: list[str]) -> None:
         self.writer.register(
             holder=self.sup.holder,
             host=socket.gethostname(),
             pid=os.getpid(),
             app=self.sup.name,
-            topics=self.topics,
+            topics=topics,
             started_at=self.started_at,
             workers=workers,
             expire_after=EXPIRE_AFTER,
