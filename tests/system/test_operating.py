@@ -3,8 +3,10 @@ and a handler's print() that survives a redirected stdout."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -91,3 +93,42 @@ def test_handler_prints_reach_a_redirected_stdout(
     for i in range(9):
         assert f"printed-by-handler {i}\n" in log
         assert f"stderr-by-handler {i}\n" in log
+
+
+def test_a_busy_dashboard_does_not_hold_the_supervisor_up(
+    supervise: Callable[..., Supervisor], pg: psycopg.Connection[Any]
+) -> None:
+    # Eight clients reload the overview and the job list without pause while the
+    # workers recycle after every 2 jobs: the loop must keep forking, heartbeating
+    # and settling, and /healthz must keep answering.
+    sup = supervise("--workers", "2", "--max-jobs-per-worker", "2")
+    sup.wait_children(2)
+    addr = sup.env_used["HTTP_ADDR"]
+    stop = threading.Event()
+    pages = [0]
+
+    def hammer() -> None:
+        while not stop.is_set():
+            for path in ("/ui", "/ui/jobs?state=done"):
+                with (
+                    contextlib.suppress(OSError),
+                    urllib.request.urlopen(f"http://{addr}{path}", timeout=5) as page,
+                ):
+                    page.read()
+                    pages[0] += 1
+
+    clients = [threading.Thread(target=hammer, daemon=True) for _ in range(8)]
+    for client in clients:
+        client.start()
+    try:
+        insert_jobs(pg, "work", [None] * 40)
+        wait_until(lambda: states(pg) == {"done": 40}, 60, "40 jobs done under a busy dashboard")
+        with urllib.request.urlopen(f"http://{addr}/healthz", timeout=5) as health:
+            assert health.status == 200
+    finally:
+        stop.set()
+        for client in clients:
+            client.join(10)
+    assert pages[0] > 20
+    assert len(sup.events("WorkerStarted")) >= 20  # every worker recycled many times
+    assert not sup.events("LeaseLost") and not sup.events("DatabaseStuck")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any, cast
 
+from brooq.engine.admin import Admin
+from brooq.engine.inspection import Inspection
+from brooq.osproc import no_fork
 from brooq.postgres.admin import PostgresAdmin
 from brooq.postgres.inspection import PostgresInspection
 from brooq.surface.dashboard.views import DashboardPorts
@@ -14,11 +18,36 @@ WRITE_TIMEOUT = timedelta(seconds=10)
 """One batch of an action (at most 1,000 rows) is stopped past this."""
 
 
+class HoldsOffForks:
+    """Calls ``target``'s methods inside :func:`brooq.osproc.no_fork`, one call at a time.
+
+    The dashboard runs in a supervisor's HTTP threads: while one of them is in
+    libpq the loop must not fork (a child would inherit a lock held there).
+    Only the database call holds forks off, never a page's rendering, so a
+    busy dashboard delays a fork by one statement at most.
+    """
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._target, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with no_fork():
+                return attr(*args, **kwargs)
+
+        return call
+
+
 def postgres_ports(dsn: str) -> DashboardPorts:
     """Inspection and Admin on connections of their own (opened at the first page)."""
+    inspection = PostgresInspection(dsn, timeout=READ_TIMEOUT)
+    admin = PostgresAdmin(dsn, statement_timeout=WRITE_TIMEOUT)
     return DashboardPorts(
-        PostgresInspection(dsn, timeout=READ_TIMEOUT),
-        PostgresAdmin(dsn, statement_timeout=WRITE_TIMEOUT),
+        cast(Inspection, HoldsOffForks(inspection)), cast(Admin, HoldsOffForks(admin))
     )
 
 

@@ -25,7 +25,6 @@ from urllib.parse import urlencode, urlsplit
 from brooq.engine.admin import PURGEABLE, RETRYABLE, Admin
 from brooq.engine.filters import JobFilter, filter_of
 from brooq.engine.inspection import Inspection, SupervisorRow
-from brooq.osproc import no_fork
 from brooq.surface.dashboard.access import Access, Verdict
 from brooq.surface.dashboard.render import chart, page
 from brooq.surface.router import Router
@@ -90,10 +89,7 @@ class Dashboard:
     def _page(self, handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def serve(request: Request) -> Response:
             try:
-                # Database work in a supervisor's thread: its loop must not fork meanwhile
-                # (a child would inherit a lock held inside libpq).
-                with no_fork():
-                    response = handler(request)
+                response = handler(request)
             except JobNotFound as exc:
                 response = self._message(request, 404, "Not found", str(exc))
             except SchemaMissing as exc:
