@@ -31,13 +31,18 @@ EXC_MAX_CHARS = 16_000
 # JSON leaves these raw with ensure_ascii=False, yet many readers break lines at them.
 _SEPARATORS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
 _secrets: list[str] = []
+BARE_SECRET_MIN = 8
+"""The shortest secret hidden wherever it appears in a log line (not only in a DSN)."""
 
 
 def hide_secrets(secrets: list[str]) -> None:
     """Hide each of ``secrets`` (say the DSN's password) wherever it shows up in a log line."""
-    # Longest first: a secret inside another is replaced after it. Three characters
-    # at least, as scrub() has it: a short one would hide common words.
-    _secrets[:] = sorted({s for s in _secrets + secrets if len(s) >= 3}, key=len, reverse=True)
+    # Longest first: a secret inside another is replaced after it. Only secrets of
+    # BARE_SECRET_MIN characters or more are hidden wherever they appear: a short
+    # password ("brooq") is also a word, a path, a user name, and hiding it would
+    # garble every line. In a DSN or `password=` scrub() hides any password.
+    _secrets[:] = sorted({s for s in _secrets + secrets if len(s) >= BARE_SECRET_MIN},
+                         key=len, reverse=True)
 
 
 def clean_text(text: str, limit: int = FIELD_MAX_CHARS) -> str:

@@ -179,8 +179,8 @@ class Settings:
         computed=_reaper_period)
     max_expirations: Key[int] = Key(
         "QUEUE_MAX_EXPIRATIONS", v.integer(0, 1_000_000), "5",
-        "A job whose lease expired this many times (its holder died every time it ran: it "
-        "may be killing its host) is moved to dead by the reaper (0 = never).",
+        "A job whose lease expired this many times in a row (its holder died every time it "
+        "ran: it may be killing its host) is moved to dead by the reaper (0 = never).",
         section="maintenance", example="5, or 0 for never")
     retention_ttl: Key[timedelta] = Key(
         "QUEUE_RETENTION_TTL", v.duration(zero_ok=True), "720h",

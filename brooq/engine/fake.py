@@ -199,12 +199,11 @@ class InMemoryStore:
                 return False
             if outcome.kind is SettleKind.DONE:
                 self._run_hooks(chain, hooks)
-            self.rows[row.id] = self._settled(row, outcome)
+            self.rows[row.id] = self._settled(row, outcome, self.now())
             return True
 
-    def _settled(self, row: JobRecord, outcome: Outcome) -> JobRecord:
-        now = self.now()
-        changes: dict[str, Any] = {"state": outcome.state, "updated_at": now}
+    def _settled(self, row: JobRecord, outcome: Outcome, now: datetime) -> JobRecord:
+        changes: dict[str, Any] = {"state": outcome.state, "updated_at": now, "expiry_streak": 0}
         if outcome.error is not None:
             changes["last_error"] = outcome.error
             changes["last_traceback"] = outcome.traceback
@@ -217,11 +216,11 @@ class InMemoryStore:
     def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
         """Write plain outcomes; the ids of the rows still held (and now written)."""
         with self._lock:
-            written = set()
+            written, now = set(), self.now()  # one statement: one now() for every row
             for ticket, outcome in settles:
                 row = self._held(ticket)
                 if row is not None and outcome.kind is not SettleKind.ABANDON:
-                    self.rows[row.id] = self._settled(row, outcome)
+                    self.rows[row.id] = self._settled(row, outcome, now)
                     written.add(row.id)
             return written
 
@@ -255,18 +254,19 @@ class InMemoryStore:
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held rows to pending and give back their attempt."""
         with self._lock:
-            return {row.id for t in tickets if (row := self._held(t)) and self._give_back(row)}
+            now = self.now()  # one statement in PostgreSQL: one now() for every row
+            return {row.id for t in tickets
+                    if (row := self._held(t)) and self._give_back(row, now)}
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
         """Give back every row ``holder`` holds that is not in ``known``."""
         with self._lock:
-            keep = set(known)
+            keep, now = set(known), self.now()
             return {row.id for row in list(self.rows.values())
                     if row.state is State.PROCESSING and row.locked_by == holder
-                    and row.id not in keep and self._give_back(row)}
+                    and row.id not in keep and self._give_back(row, now)}
 
-    def _give_back(self, row: JobRecord) -> bool:
-        now = self.now()  # one statement in PostgreSQL: one now() for every row
+    def _give_back(self, row: JobRecord, now: datetime) -> bool:
         self.rows[row.id] = replace(
             row, state=State.PENDING, attempts=max(row.attempts - 1, row.expirations),
             locked_by=None, locked_until=None, available_at=now, updated_at=now,
@@ -283,17 +283,18 @@ class InMemoryStore:
             pending: Counter[str] = Counter()
             dead: Counter[str] = Counter()
             for row in expired[:batch]:
-                count = row.expirations + 1
-                if max_expirations and count >= max_expirations:
+                count, streak = row.expirations + 1, row.expiry_streak + 1
+                if max_expirations and streak >= max_expirations:
                     self.rows[row.id] = replace(
-                        row, state=State.DEAD, expirations=count, locked_until=None,
-                        available_at=now, updated_at=now, last_error=expired_text(count, row),
+                        row, state=State.DEAD, expirations=count, expiry_streak=streak,
+                        locked_until=None, available_at=now, updated_at=now,
+                        last_error=expired_text(streak, row),
                     )
                     dead[row.topic] += 1
                 else:
                     self.rows[row.id] = replace(
-                        row, state=State.PENDING, expirations=count, locked_by=None,
-                        locked_until=None, available_at=now, updated_at=now,
+                        row, state=State.PENDING, expirations=count, expiry_streak=streak,
+                        locked_by=None, locked_until=None, available_at=now, updated_at=now,
                     )
                     pending[row.topic] += 1
             return Requeued(_counts(pending), _counts(dead))
@@ -342,7 +343,7 @@ class InMemoryStore:
 
 def expired_text(count: int, row: JobRecord) -> str:
     """last_error of a job the reaper moved to dead (the same text PostgreSQL writes)."""
-    return (f"lease expired {count} times: its holder died every time it ran "
+    return (f"lease expired {count} times in a row: its holder died every time it ran "
             f"(last holder {row.locked_by}); the job may be killing its host")
 
 

@@ -17,7 +17,8 @@ REAPER_BATCH = 1000
 class Reaper:
     """Returns expired jobs to ``pending``, ``attempts`` untouched and the expiry counted.
 
-    A job whose lease expired ``max_expirations`` times (0: never) is moved to
+    A job whose lease expired ``max_expirations`` times in a row (no outcome
+    recorded between them; 0: never) is moved to
     ``dead`` instead (invariant 7). One bounded batch per run: when it comes
     back full the next tick goes on, so no tick holds its caller for long.
     """
@@ -35,8 +36,8 @@ class Reaper:
         for topic, n in done.dead:
             log.warning("JobDead", extra={
                 "event": "JobDead", "topic": topic, "count": n,
-                "error": f"lease expired {self.max_expirations} times: its holder died every "
-                         "time it ran; the job may be killing its host"})
+                "error": f"lease expired {self.max_expirations} times in a row: its holder died "
+                         "every time it ran; the job may be killing its host"})
         if done.total >= self.batch:
             self.every.hurry()
         return done

@@ -140,6 +140,7 @@ RETURNING {{claimed_columns}}
 UPDATE job
 SET state = %(state)s,
     attempts = GREATEST(attempts - %(refund)s, expirations),
+    expiry_streak = 0,
     available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s ELSE available_at END,
     last_error = COALESCE(%(error)s, last_error),
     last_traceback = CASE WHEN %(error)s IS NULL THEN last_traceback ELSE %(traceback)s END,
@@ -152,6 +153,7 @@ WHERE id = %(id)s AND {{held}}
 UPDATE job
 SET state = o.state,
     attempts = GREATEST(job.attempts - o.refund, job.expirations),
+    expiry_streak = 0,
     available_at = CASE WHEN o.state = 'failed'
                         THEN now() + make_interval(secs => o.retry_s) ELSE job.available_at END,
     last_error = COALESCE(o.error, job.last_error),
@@ -193,18 +195,20 @@ RETURNING id
 -- name: requeue_expired
 -- The reaper: a lease ran out (the holder's host or supervisor died). Not a
 -- failure: attempts stay as they are and expirations counts it. A job whose
--- lease expired max_expirations times goes dead (it may be killing its host).
+-- lease expired max_expirations times in a row (no outcome recorded between
+-- them) goes dead: it may be killing its host.
 -- At most `batch` rows a call, so no call holds the table for long.
 UPDATE job
-SET state = CASE WHEN %(max_expirations)s > 0 AND expirations + 1 >= %(max_expirations)s
+SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
                  THEN 'dead' ELSE 'pending' END,
     expirations = expirations + 1,
-    last_error = CASE WHEN %(max_expirations)s > 0 AND expirations + 1 >= %(max_expirations)s
-                      THEN format('lease expired %%s times: its holder died every time it ran '
-                                  '(last holder %%s); the job may be killing its host',
-                                  expirations + 1, locked_by)
+    expiry_streak = expiry_streak + 1,
+    last_error = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
+                      THEN format('lease expired %%s times in a row: its holder died every time '
+                                  'it ran (last holder %%s); the job may be killing its host',
+                                  expiry_streak + 1, locked_by)
                       ELSE last_error END,
-    locked_by = CASE WHEN %(max_expirations)s > 0 AND expirations + 1 >= %(max_expirations)s
+    locked_by = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
                      THEN locked_by END,
     locked_until = NULL, available_at = now(), updated_at = now()
 WHERE id = ANY(ARRAY(
@@ -245,8 +249,9 @@ SELECT id FROM canceled
 
 -- name: get
 -- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
-SELECT id, topic, payload::text AS payload, state, attempts, expirations, priority, available_at, locked_by,
-       locked_until, idempotency_key, last_error, last_traceback, created_at, updated_at
+SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry_streak,
+       priority, available_at, locked_by, locked_until, idempotency_key, last_error,
+       last_traceback, created_at, updated_at
 FROM job
 WHERE id = %(id)s
 

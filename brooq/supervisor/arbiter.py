@@ -364,6 +364,7 @@ class Supervisor:
         """Heartbeat; when heartbeats fail, stop jobs before their lease can end."""
         self.leases.run_once(now)
         self.held.expiring(now, self.settings.lease.total_seconds())
+        self.held.confirm_lost(now)
 
     def probe_database(self, now: float) -> None:
         """A cheap query when the database thread has been quiet, or /healthz was just asked:

@@ -24,12 +24,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("brooq.supervisor")
 
+REPORT_GRACE_S = 0.5
+"""How long a worker's report that it settled a job itself may trail the row's commit."""
+
 
 class HeldJobs:
     """The supervisor's callbacks for claimed, written, lost and released jobs."""
 
     def __init__(self, sup: Supervisor) -> None:
         self.sup = sup
+        self.suspects: dict[str, tuple[Held, float]] = {}
+        """Jobs a heartbeat did not find ours, whose worker may yet report them settled."""
 
     def claimed(self, claimed: list[Claimed], lease_end: float) -> None:
         """The producer claimed jobs: hold them, count them."""
@@ -58,13 +63,22 @@ class HeldJobs:
         sup.holdings.drop(job_id)
         if sup.producer.drop(job_id) is not None:
             return
-        child = sup.workers.running(job_id)
-        if child is not None:
-            sup.read_worker(child, time.monotonic())  # it may have just finished it
+        # A worker that settles a job with effects itself writes the row before its
+        # report reaches us: give the report a moment before calling the lease lost.
+        self.suspects[job_id] = (held, time.monotonic() + REPORT_GRACE_S)
+
+    def confirm_lost(self, now: float) -> None:
+        """Interrupt the handlers of lost jobs whose workers did not report them settled."""
+        sup = self.sup
+        for job_id, (held, due) in list(self.suspects.items()):
             child = sup.workers.running(job_id)
-        if child is not None and child.job and child.job.claimed.ticket == held.ticket:
-            sup.metrics.lease_lost.labels(topic=held.topic).inc()
-            sup.dispatcher.interrupt(child, Interrupt.LEASE_LOST, "interrupting the handler")
+            if child is not None and now < due:
+                sup.read_worker(child, now)
+                continue
+            del self.suspects[job_id]
+            if child is not None and child.job and child.job.claimed.ticket == held.ticket:
+                sup.metrics.lease_lost.labels(topic=held.topic).inc()
+                sup.dispatcher.interrupt(child, Interrupt.LEASE_LOST, "interrupting the handler")
 
     def canceled(self, job_id: str) -> None:
         """A job was canceled: out of the buffer, or its handler interrupted."""

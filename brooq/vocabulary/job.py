@@ -115,6 +115,8 @@ class JobRecord:
     updated_at: datetime
     expirations: int = 0
     last_traceback: str | None = None
+    expiry_streak: int = 0
+    """Lease expiries since the last recorded outcome (QUEUE_MAX_EXPIRATIONS bounds it)."""
     payload_error: str | None = None
     """Why ``payload`` is None: the stored JSON is more than Python can decode."""
 

@@ -457,6 +457,39 @@ def test_requeue_expired_returns_rows_without_touching_attempts(env: Env) -> Non
     assert store.get(expired_work).expirations == 1
 
 
+def test_only_expiries_in_a_row_make_a_job_dead(env: Env) -> None:
+    """QUEUE_MAX_EXPIRATIONS counts expiries since the last recorded outcome."""
+    store = env.store
+    job_id = enqueue(store)
+
+    def expire_once() -> None:
+        claimed = claim(store)
+        env.expire(claimed.id)
+        store.requeue_expired(max_expirations=3)
+
+    expire_once()
+    expire_once()
+    row = store.get(job_id)
+    assert (row.state, row.expirations, row.expiry_streak) == (State.PENDING, 2, 2)
+    recorded = claim(store)  # a run whose outcome is written ends the streak
+    assert store.settle(recorded.ticket, failed_outcome(recorded.attempt))
+    env.force(job_id, available_at=env.now() - timedelta(seconds=1))
+    row = store.get(job_id)
+    assert (row.state, row.expirations, row.expiry_streak) == (State.FAILED, 2, 0)
+    expire_once()
+    expire_once()
+    assert store.get(job_id).state is State.PENDING  # 4 expiries, 2 in a row
+    last = claim(store)
+    env.expire(last.id)
+    assert store.requeue_expired(max_expirations=3).dead == [TopicCount("work", 1)]
+    row = store.get(job_id)
+    assert (row.state, row.attempts, row.expirations, row.expiry_streak) == (
+        State.DEAD, 6, 5, 3)
+    assert row.last_error == (
+        "lease expired 3 times in a row: its holder died every time it ran "
+        "(last holder worker-1); the job may be killing its host")
+
+
 # -- retention --------------------------------------------------------------------------------
 
 

@@ -7,7 +7,8 @@ import psycopg
 from brooq.postgres import migrations
 
 ALL = ["0001.job", "0002.job-indexes", "0003.job-autovacuum", "0004.job-priority",
-       "0005.job-expirations", "0006.job-last-traceback", "0007.supervisor"]
+       "0005.job-expirations", "0006.job-last-traceback", "0007.supervisor",
+       "0008.job-expiry-streak"]
 
 
 def _tables(dsn: str) -> set[str]:

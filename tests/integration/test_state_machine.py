@@ -154,12 +154,12 @@ class PgSide:
         cur = self.pg.execute(
             "SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, "
             "locked_until, idempotency_key, last_error, created_at, updated_at, expirations, "
-            "available_at <= now() FROM job")
+            "available_at <= now(), expiry_streak FROM job")
         out = {}
         self._ready.clear()
         for r in cur.fetchall():
             rec = JobRecord(str(r[0]), r[1], r[2], State(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
-                            r[10], r[11], r[12], expirations=r[13])
+                            r[10], r[11], r[12], expirations=r[13], expiry_streak=r[15])
             out[rec.id] = rec
             self._ready[rec.id] = bool(r[14])
         return out
@@ -214,6 +214,8 @@ class M:
     state: State = State.PENDING
     attempts: int = 0
     expirations: int = 0
+    streak: int = 0
+    """Lease expiries since the last recorded outcome."""
     holder: str | None = None
     expired: bool = False
     last_error: str | None = None
@@ -309,7 +311,7 @@ class StoreMachine(RuleBasedStateMachine):
         if m is None or outcome.kind is SettleKind.ABANDON:
             return None
         assert outcome.state is not None
-        m.state = outcome.state
+        m.state, m.streak = outcome.state, 0
         if outcome.error is not None:
             m.last_error = outcome.error
         if outcome.refund_attempt:
@@ -504,16 +506,17 @@ class StoreMachine(RuleBasedStateMachine):
         done = Reaper(self.store, Every(timedelta(seconds=5)), MAX_EXPIRATIONS).run_once()
         expired = [m for m in self.model.jobs.values()
                    if m.state is State.PROCESSING and m.expired]
-        dead = [m for m in expired if m.expirations + 1 >= MAX_EXPIRATIONS]
+        dead = [m for m in expired if m.streak + 1 >= MAX_EXPIRATIONS]
         assert dict(done.dead) == dict(Counter(m.topic for m in dead)), "reaper: dead counts"
         assert dict(done.pending) == dict(Counter(m.topic for m in expired if m not in dead))
         for m in expired:  # invariant 7: lease expiry is no failure, attempts untouched
             m.expirations += 1
+            m.streak += 1
             m.state, m.expired, m.order = State.PENDING, False, now
             if m in dead:  # the job kills its holder every time: dead, with the reason
                 m.state, m.order = State.DEAD, None
-                m.last_error = (f"lease expired {m.expirations} times: its holder died every "
-                                f"time it ran (last holder {m.holder}); the job may be "
+                m.last_error = (f"lease expired {m.streak} times in a row: its holder died "
+                                f"every time it ran (last holder {m.holder}); the job may be "
                                 "killing its host")
             else:
                 m.holder = None
@@ -558,6 +561,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert row.state is m.state, f"{where}: model says {m.state}"
             assert row.attempts == m.attempts, f"{where}: model says {m.attempts} attempts"
             assert row.expirations == m.expirations, f"{where}: {row.expirations} expirations"
+            assert row.expiry_streak == m.streak, f"{where}: {row.expiry_streak} in a row"
             assert (row.topic, row.priority, row.idempotency_key) == (m.topic, m.priority, m.key)
             assert row.payload == m.payload, f"{where}: payload changed (invariant 5)"
             assert row.last_error == m.last_error, f"{where}: last_error {row.last_error!r}"

@@ -117,7 +117,7 @@ def test_a_job_that_kills_its_host_every_time_ends_dead_through_the_reaper(
     )
     assert dead["attempts"] == limit and dead["expirations"] == limit, dead
     assert dead["last_error"] == (
-        f"lease expired {limit} times: its holder died every time it ran "
+        f"lease expired {limit} times in a row: its holder died every time it ran "
         f"(last holder {holders[-1]}); the job may be killing its host"
     ), dead
     moved = last.wait_event("JobDead", 5, logger="brooq.reaper", topic="host-killer")
