@@ -17,6 +17,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $@
 
+# The demo needs brooq alone (no test or lint tools); a dev venv has it already.
+$(VENV)/.runtime: pyproject.toml
+	@if [ ! -x $(PY) ]; then $(PYTHON) -m venv $(VENV); fi
+	@if [ ! -f $(VENV)/.installed ]; then $(PY) -m pip install -q -e .; fi
+	touch $@
+
 ## dev: create the venv and install brooq (editable) with the dev tools
 dev: $(VENV)/.installed
 
@@ -56,8 +62,9 @@ lint: dev
 	$(VENV)/bin/ruff format --check brooq tests benchmarks
 	$(VENV)/bin/mypy --strict brooq tests
 
-## demo: local database, migrations, a few hundred demo jobs through real workers, a table of outcomes
-demo: dev
+## demo: local database, migrations, a few hundred demo jobs through real workers, a table of
+##   outcomes, then commands to paste (brooq status, jobs list, dashboard)
+demo: $(VENV)/.runtime
 	@scripts/pg.sh up
 	@DATABASE_URL='$(LOCAL_DATABASE_URL)' $(BROOQ) migrate up >/dev/null
 	DATABASE_URL='$(LOCAL_DATABASE_URL)' $(PY) -m brooq.demo

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -20,8 +21,10 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 import brooq
+from brooq.postgres.dsn import is_local
 from brooq.postgres.store import PostgresStore
 
 LOCAL_DATABASE_URL = "postgresql://brooq:brooq@127.0.0.1:55433/brooq"
@@ -134,6 +137,46 @@ def print_table(counts: Counter[tuple[str, str]]) -> None:
     print(f"{'total':<14}{total:>11} jobs\n")
 
 
+INTENDED = """
+The dead jobs here are intended: demo.poison always fails, demo.crash kills its own
+process, demo.hang is killed by the watchdog, and demo.slow jobs that sleep past their
+1s attempt timeout fail twice. Each dead row says why in last_error."""
+
+
+def brooq_command() -> str:
+    """The brooq executable next to this Python (the venv's), else ``python -m brooq.cli``."""
+    beside = Path(sys.executable).parent / "brooq"
+    if beside.exists():
+        return shlex.quote(str(beside))
+    return f"{shlex.quote(sys.executable)} -m brooq.cli"
+
+
+def shown_url(dsn: str) -> str:
+    """The DSN to paste when it names a database on this machine; else a placeholder.
+
+    A remote DATABASE_URL carries a real password: it is never printed.
+    """
+    if is_local(dsn):
+        return shlex.quote(dsn)
+    return "'<the DATABASE_URL this demo used>'"
+
+
+def next_steps(dsn: str, dead_id: str) -> str:
+    """Commands that work when pasted into a shell: the venv's brooq, this database."""
+    brooq_cmd = brooq_command()
+    lines = [
+        "Next, paste these (the venv's brooq on the demo's database):",
+        f"  export DATABASE_URL={shown_url(dsn)}",
+        f"  {brooq_cmd} status",
+        f"  {brooq_cmd} jobs list --state dead --limit 5",
+        f"  {brooq_cmd} job {dead_id}",
+        f"  {brooq_cmd} jobs retry --state dead --topic demo.poison --dry-run --json",
+        f"  {brooq_cmd} dashboard --http-addr 127.0.0.1:8091   # then open "
+        "http://127.0.0.1:8091/ui (Ctrl-C stops it)",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Enqueue demo jobs, process them with real workers, print the outcomes."""
     parser = argparse.ArgumentParser(prog="python -m brooq.demo")
@@ -158,7 +201,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_table(counts)
     print("recorded last_error of dead jobs:")
     print_errors(records)
-    print(f"\nsettled in {time.monotonic() - started:.1f}s; inspect one: brooq job {ids[0]}")
+    print(INTENDED)
+    print(f"\nsettled in {time.monotonic() - started:.1f}s")
+    dead = next((r.id for r in records if str(r.state) == "dead"), ids[0])
+    print(next_steps(dsn, dead))
     store.close()
     unsettled = sum(n for (_, s), n in counts.items() if s not in ("done", "dead", "canceled"))
     return 1 if unsettled else 0

@@ -205,6 +205,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "integration": ("integration", "db"),
     "system": ("system", "db"),
     "chaos": ("chaos", "system", "db"),
+    "browser": ("browser", "db"),
 }
 """The markers each folder's tests get, so ``pytest -m "not db"`` needs no database."""
 DATABASE_FIXTURES = {"server_url", "admin_url", "admin", "template_db", "dsn", "empty_dsn", "pg",

@@ -1,4 +1,4 @@
-"""The ``brooq`` command: migrate, enqueue, inspect, cancel, configure, work, supervise.
+"""The ``brooq`` command: migrate, enqueue, inspect, operate, configure, work, supervise.
 
 One module per command group; the flags of settings come from the settings
 table. Exit codes are in :class:`brooq.cli.errors.Exit`: 0 success, 1 an
@@ -13,17 +13,17 @@ import traceback
 from collections.abc import Sequence
 
 from brooq import __version__
-from brooq.cli import configure, jobs, migrate, run, status
+from brooq.cli import configure, dashboard, jobgroup, jobs, migrate, run, status, workers
 from brooq.cli.common import add_global_flags, settings_from
 from brooq.cli.errors import Exit, UsageError
 from brooq.config import ConfigError
 from brooq.logs import hide_secrets, setup_logging
-from brooq.vocabulary import BrooqError, InvalidInput
+from brooq.vocabulary import BrooqError, InvalidInput, SchemaMissing
 from brooq.vocabulary.secrets import dsn_passwords
 
 __all__ = ["Exit", "UsageError", "main", "parser"]
 
-COMMAND_GROUPS = (migrate, jobs, status, configure, run)
+COMMAND_GROUPS = (migrate, jobs, jobgroup, status, workers, configure, run, dashboard)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         for problem in exc.problems:
             print(f"brooq: config: {problem}", file=sys.stderr)
+        return Exit.USAGE
+    except SchemaMissing as exc:
+        print(exc, file=sys.stderr)  # the whole advice, on its own line
         return Exit.USAGE
     except InvalidInput as exc:
         print(f"brooq: error: {exc}", file=sys.stderr)

@@ -29,11 +29,11 @@ def register(sub: Any) -> None:
                    help="higher runs first among ready jobs of a topic (-32768..32767)")
     p.set_defaults(func=cmd_enqueue)
     p = sub.add_parser("job", help="show a job's row: its whole fate")
-    p.add_argument("id")
+    p.add_argument("id", help="the job's id (a UUID)")
     p.add_argument("--json", action="store_true", help="the row as one JSON object")
     p.set_defaults(func=cmd_job)
     p = sub.add_parser("cancel", help="cancel a pending, failed or running job")
-    p.add_argument("id")
+    p.add_argument("id", help="the job's id (a UUID)")
     p.add_argument("--reason", help="kept in last_error as 'canceled: REASON'")
     p.set_defaults(func=cmd_cancel)
 

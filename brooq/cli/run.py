@@ -10,6 +10,13 @@ from brooq.cli.common import add_setting_flags
 from brooq.cli.errors import UsageError
 from brooq.config import Settings
 from brooq.config.settings import SUPERVISE, WORK
+from brooq.vocabulary import StoreUnavailable
+
+SUPERVISOR_CONNECTIONS = 3
+"""Connections a supervisor opens for itself, whatever its workers: two database lanes, LISTEN."""
+SURFACE_CONNECTIONS = 4
+"""More when HTTP_ADDR is on: job endpoints, metrics gauges, the dashboard's reads and writes
+(each opened at its first request)."""
 
 
 def register(sub: Any) -> None:
@@ -61,7 +68,32 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
     queue.configure(settings.kind_options())
     options = RunOptions(topics=served(settings, queue.registry.topics()),
                          max_jobs=args.max_jobs, exit_when_idle=args.exit_when_idle)
-    return InProcessSlot(queue, settings, app_dsn(settings, queue), options).run()
+    dsn = app_dsn(settings, queue)
+    preflight(dsn, workers=0)
+    return InProcessSlot(queue, settings, dsn, options).run()
+
+
+def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None:
+    """Refuse to start on an unmigrated database, or with more workers than it can connect.
+
+    A database that does not answer yet is no reason to refuse: the workers
+    wait for it. Each worker opens a connection only for jobs with effects,
+    but all of them may, so ``workers`` + the supervisor's ``own`` must fit.
+    """
+    from brooq.postgres.preflight import check_schema, connection_room
+
+    try:
+        check_schema(dsn)
+        room = connection_room(dsn) if workers else None
+    except StoreUnavailable:
+        return
+    if room is not None and workers + own > room.free:
+        raise UsageError(
+            f"--workers {workers} may need {workers + own} connections "
+            f"({workers} workers + {own} of the supervisor), but the database "
+            f"accepts {room.free} more (max_connections {room.max_connections}, "
+            f"{room.reserved} reserved, {room.in_use} in use): lower --workers to at most "
+            f"{max(0, room.free - own)} or raise max_connections")
 
 
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
@@ -95,7 +127,10 @@ def supervise(args: argparse.Namespace, settings: Settings, queue: Any,
     from brooq.supervisor.reload import Reloader
 
     slots = prepare(queue, settings)
+    dsn = app_dsn(settings, queue)
+    own = SUPERVISOR_CONNECTIONS + (SURFACE_CONNECTIONS if settings.http_addr else 0)
+    preflight(dsn, workers=len(slots), own=own)
     reloader = None if loader is None else Reloader(loader, lambda: settings_from(args), prepare,
                                                     slots)
-    return Supervisor(queue, settings, slots, app_dsn(settings, queue), name=args.app,
+    return Supervisor(queue, settings, slots, dsn, name=args.app,
                       metrics=Metrics(), reloader=reloader).run()

@@ -14,10 +14,11 @@ from zoneinfo import ZoneInfo
 
 from brooq.cli.common import print_json, require_dsn
 from brooq.cli.text import cut, safe
+from brooq.cli.workers import supervisor_json
 from brooq.config import Settings
 from brooq.engine.inspection import Inspection
 from brooq.engine.periodic import next_run
-from brooq.vocabulary import BrooqError, Schedule, format_duration
+from brooq.vocabulary import BrooqError, Schedule, SchemaMissing, format_duration
 
 STATES = ("pending", "failed", "processing", "done", "dead", "canceled")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
@@ -74,18 +75,35 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[str, Any]:
     """Every section of ``brooq status`` as JSON-friendly values."""
     dead = inspection.recent_dead(timedelta(hours=1), DEAD_LISTED)
+    ready = inspection.oldest_ready()
     snap: dict[str, Any] = {
         "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "depth": [asdict(row) for row in inspection.depth()],
-        "oldest_ready_s": inspection.oldest_ready(),
+        "oldest_ready_s": ready,
         "running": [asdict(row) for row in inspection.running()],
         "dead_last_hour": [{**asdict(row), "updated_at": row.updated_at.isoformat()}
                            for row in dead],
         "dead_last_hour_total": inspection.count_dead(timedelta(hours=1)),
+        **live_workers(inspection, ready),
     }
     if queue is not None:
         snap["schedules"] = schedules_table(queue)
     return snap
+
+
+def live_workers(inspection: Inspection, ready: dict[str, float]) -> dict[str, Any]:
+    """Live supervisors, their workers, and topics with ready jobs that no one serves.
+
+    None for both when the database lacks the supervisors' table (an older schema).
+    """
+    try:
+        rows = [r for r in inspection.supervisors() if r.alive]
+    except SchemaMissing:
+        return {"supervisors": None, "unserved_topics": None}
+    served = {t for r in rows for t in r.topics}
+    now = datetime.now(UTC)
+    return {"supervisors": [supervisor_json(r, now) for r in rows],
+            "unserved_topics": sorted(t for t in ready if t not in served)}
 
 
 def show(snap: dict[str, Any], as_json: bool) -> None:
@@ -126,7 +144,8 @@ def render(snap: dict[str, Any]) -> str:
     blocks = [f"brooq status at {snap['taken_at']}",
               render_depth(snap["depth"], snap["oldest_ready_s"]),
               render_running(snap["running"]),
-              render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"])]
+              render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
+              render_workers(snap["supervisors"], snap["unserved_topics"])]
     if "schedules" in snap:
         blocks.append(render_schedules(snap["schedules"]))
     return "\n\n".join(blocks)
@@ -183,6 +202,28 @@ def render_dead(rows: list[dict[str, Any]], total: int) -> str:
         error = cut(safe(row["last_error"] or ""), 60)
         lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>8}  "
                      f"{at:%Y-%m-%d %H:%M:%S}  {error}")
+    return "\n".join(lines)
+
+
+def render_workers(rows: list[dict[str, Any]] | None, unserved: list[str] | None) -> str:
+    """Live supervisors and workers; topics with ready jobs and no live worker, loudly."""
+    if rows is None:
+        return "workers: unknown (the brooq_supervisor table is missing: run `brooq migrate up`)"
+    busy = sum(1 for r in rows for w in r["workers"] if w["job_id"])
+    total = sum(len(r["workers"]) for r in rows)
+    lines = [f"workers: {total} in {len(rows)} supervisor{'s' * (len(rows) != 1)}, {busy} busy"]
+    for r in rows:
+        lines.append(f"  {safe(r['holder'])}  {len(r['workers'])} workers  "
+                     f"topics {safe(','.join(r['topics']))}")
+        for w in r["workers"]:
+            if w["job_id"]:
+                elapsed = w["elapsed_s"]
+                lines.append(f"    worker {w['slot']} pid {w['pid']}: job {safe(w['job_id'])} "
+                             f"({safe(w['topic'] or '')})"
+                             + (f" for {elapsed:.0f}s" if elapsed is not None else ""))
+    if unserved:
+        lines.append("NO LIVE WORKER serves these topics with ready jobs: "
+                     + ", ".join(safe(t) for t in unserved))
     return "\n".join(lines)
 
 

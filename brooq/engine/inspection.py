@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from brooq.engine.filters import Cursor, JobFilter
+from brooq.vocabulary import JobRecord
+
 
 @dataclass(frozen=True, slots=True)
 class TopicStateCount:
@@ -44,6 +47,66 @@ class DeadJob:
     updated_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One line of a job listing (last_error cut to a few hundred characters)."""
+
+    id: str
+    topic: str
+    state: str
+    attempts: int
+    expirations: int
+    priority: int
+    available_at: datetime
+    updated_at: datetime
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of a listing, newest first, and the cursor of the next one (None: the last)."""
+
+    rows: list[JobRow]
+    next: Cursor | None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSnapshot:
+    """One worker process of a supervisor as its supervisor last reported it."""
+
+    pid: int
+    slot: int
+    job_id: str | None = None
+    topic: str | None = None
+    started_at: datetime | None = None
+    """When the current job's attempt started (None: idle)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorRow:
+    """A supervisor registered against this database, and its workers."""
+
+    holder: str
+    host: str
+    pid: int
+    app: str
+    topics: tuple[str, ...]
+    started_at: datetime
+    seen_at: datetime
+    workers: tuple[WorkerSnapshot, ...]
+    alive: bool
+    """Seen within the expiry window; a row past it belongs to a supervisor that died."""
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCount:
+    """Jobs that reached ``done`` and ``dead`` in one minute."""
+
+    minute: datetime
+    done: int
+    dead: int
+
+
 class Inspection(Protocol):
     """What operators read about the queue. Every call is one bounded query."""
 
@@ -65,6 +128,26 @@ class Inspection(Protocol):
 
     def count_dead(self, since: timedelta) -> int:
         """How many jobs went dead within ``since`` (a total, never capped)."""
+        ...
+
+    def job(self, job_id: str) -> JobRecord:
+        """One job's whole row; JobNotFound when there is none."""
+        ...
+
+    def list_jobs(self, where: JobFilter) -> JobPage:
+        """One page of the jobs ``where`` matches, newest ``updated_at`` first."""
+        ...
+
+    def count_jobs(self, where: JobFilter) -> int:
+        """How many jobs ``where`` matches (cursor and limit ignored)."""
+        ...
+
+    def supervisors(self) -> list[SupervisorRow]:
+        """Every registered supervisor, live ones first (rows of dead ones until they expire)."""
+        ...
+
+    def throughput(self, since: timedelta) -> list[MinuteCount]:
+        """Jobs done and dead per minute within ``since``, oldest minute first, gaps as 0."""
         ...
 
     def ping(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ from psycopg_pool import ConnectionPool
 
 from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.postgres.sql import sql
-from brooq.vocabulary import StoreUnavailable
+from brooq.vocabulary import SchemaMissing, StoreUnavailable
+
+_RELATION = re.compile(r'relation "([^"]+)" does not exist')
 
 
 def _password(conninfo: str | None) -> str | None:
@@ -40,6 +43,12 @@ def unavailable(exc: BaseException, conninfo: str | None = None) -> StoreUnavail
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return StoreUnavailable(f"database unavailable: {scrub(first, [_password(conninfo)])}")
+
+
+def missing_table(exc: psycopg.errors.UndefinedTable) -> SchemaMissing:
+    """The one-line advice for a statement on a table the migrations would have made."""
+    match = _RELATION.search(str(exc))
+    return SchemaMissing(match[1].rsplit(".", 1)[-1] if match else "job")
 
 
 def check_conninfo(conninfo: str) -> None:
@@ -176,6 +185,9 @@ class Connector:
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._drop_if_unusable()
             raise unavailable(exc, self._conninfo) from exc
+        except psycopg.errors.UndefinedTable as exc:
+            # An unmigrated database: one clear line for every command, no traceback.
+            raise missing_table(exc) from None
 
     @staticmethod
     def _in_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:

@@ -10,6 +10,7 @@ connects.
 from __future__ import annotations
 
 import re
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from brooq.vocabulary.secrets import (
     KV_PASSWORD,
@@ -20,8 +21,8 @@ from brooq.vocabulary.secrets import (
     scrub,
 )
 
-__all__ = ["MALFORMED", "REDACTED", "dsn_passwords", "is_url", "looks_like_dsn", "redact_dsn",
-           "scrub"]
+__all__ = ["MALFORMED", "REDACTED", "dsn_passwords", "is_local", "is_url", "looks_like_dsn",
+           "redact_dsn", "scrub"]
 
 MALFORMED = (
     "the connection string is malformed (value hidden); check DATABASE_URL "
@@ -46,3 +47,17 @@ def redact_dsn(dsn: str) -> str:
         userinfo = userinfo.split(":", 1)[0] + ":" + REDACTED
     query = QUERY_PASSWORD.sub(rf"\1{REDACTED}", "?" + query)[1:] if sep else query
     return f"{scheme}://{userinfo}{at}{hostpart}{sep}{query}"
+
+
+_KV_HOST = re.compile(r"(?:^|\s)host\s*=\s*'?([^'\s]*)")
+
+
+def is_local(dsn: str) -> bool:
+    """True when ``dsn`` names a server on this machine (loopback, a Unix socket, or no host)."""
+    if is_url(dsn):
+        parts = urlsplit(dsn)
+        host = unquote(parts.hostname or "") or dict(parse_qsl(parts.query)).get("host", "")
+    else:
+        match = _KV_HOST.search(dsn)
+        host = match[1] if match else ""
+    return host in ("", "127.0.0.1", "localhost", "::1") or host.startswith("/")

@@ -4,18 +4,32 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
-from brooq.engine.inspection import DeadJob, RunningJob, TopicStateCount
+from brooq.engine.filters import Cursor, JobFilter
+from brooq.engine.inspection import (
+    DeadJob,
+    JobPage,
+    JobRow,
+    MinuteCount,
+    RunningJob,
+    SupervisorRow,
+    TopicStateCount,
+    WorkerSnapshot,
+)
 from brooq.postgres.connect import Connector, Source
 from brooq.postgres.sql import sql
+from brooq.postgres.store import record
+from brooq.vocabulary import JobNotFound, JobRecord, parse_job_id
 
 READ_TIMEOUT = timedelta(seconds=5)
+SUPERVISOR_ALIVE_WITHIN = timedelta(seconds=15)
+"""A supervisor registers every 5 s: three missed beats and it counts as dead."""
 
 
 class PostgresInspection:
@@ -69,6 +83,49 @@ class PostgresInspection:
             row = cur.execute(sql("count_dead"), {"since": since}).fetchone()
         return int(row["dead"]) if row else 0
 
+    def job(self, job_id: str) -> JobRecord:
+        """One job's whole row; JobNotFound when there is none."""
+        try:
+            key = parse_job_id(job_id)
+        except ValueError:
+            raise JobNotFound(f"no job with id {job_id!r}") from None
+        with self._reading() as cur:
+            row = cur.execute(sql("get"), {"id": key}).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job with id {key}")
+        return record(row)
+
+    def list_jobs(self, where: JobFilter) -> JobPage:
+        """One page of the jobs ``where`` matches, newest ``updated_at`` first."""
+        size = where.page_size
+        params = {**where.params(), "limit": size + 1,
+                  "after_at": where.after.updated_at if where.after else None,
+                  "after_id": where.after.id if where.after else None}
+        with self._reading() as cur:
+            rows = [JobRow(**{**r, "id": str(r["id"])})
+                    for r in cur.execute(sql("list_jobs"), params)]
+        more = len(rows) > size
+        rows = rows[:size]
+        return JobPage(rows, Cursor(rows[-1].updated_at, rows[-1].id) if more else None)
+
+    def count_jobs(self, where: JobFilter) -> int:
+        """How many jobs ``where`` matches."""
+        with self._reading() as cur:
+            row = cur.execute(sql("count_jobs"), where.params()).fetchone()
+        return int(row["jobs"]) if row else 0
+
+    def supervisors(self, alive_within: timedelta = SUPERVISOR_ALIVE_WITHIN,
+                    ) -> list[SupervisorRow]:
+        """Every registered supervisor, live ones first."""
+        with self._reading() as cur:
+            rows = cur.execute(sql("supervisors"), {"alive_within": alive_within}).fetchall()
+        return [supervisor_row(r) for r in rows]
+
+    def throughput(self, since: timedelta) -> list[MinuteCount]:
+        """Jobs done and dead per minute within ``since``, oldest first."""
+        with self._reading() as cur:
+            return [MinuteCount(**r) for r in cur.execute(sql("throughput"), {"since": since})]
+
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
         with self.connector.connection() as conn:
@@ -81,3 +138,16 @@ class PostgresInspection:
 
 def _seconds(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
+
+
+def supervisor_row(row: dict[str, Any]) -> SupervisorRow:
+    """A SupervisorRow from a row of the ``supervisors`` statement."""
+    workers = tuple(
+        WorkerSnapshot(pid=int(w["pid"]), slot=int(w["slot"]), job_id=w.get("job_id"),
+                       topic=w.get("topic"),
+                       started_at=datetime.fromisoformat(w["started_at"])
+                       if w.get("started_at") else None)
+        for w in row["workers"] or [])
+    return SupervisorRow(holder=row["holder"], host=row["host"], pid=row["pid"], app=row["app"],
+                         topics=tuple(row["topics"] or ()), started_at=row["started_at"],
+                         seen_at=row["seen_at"], workers=workers, alive=bool(row["alive"]))

@@ -317,3 +317,126 @@ LIMIT %(limit)s
 
 -- name: count_dead
 SELECT count(*) AS dead FROM job WHERE state = 'dead' AND updated_at > now() - %(since)s
+
+-- fragment: job_filter
+-- An operator's filter (brooq.engine.filters.JobFilter): empty arrays and NULLs match all.
+(cardinality(%(topics)s::text[]) = 0 OR topic = ANY(%(topics)s::text[]))
+AND (%(state)s::text IS NULL OR state = %(state)s::text)
+AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s::timestamptz)
+AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s::timestamptz)
+AND (cardinality(%(ids)s::uuid[]) = 0 OR id = ANY(%(ids)s::uuid[]))
+
+-- name: list_jobs
+-- A page of a listing, newest first, after a keyset cursor (never OFFSET).
+SELECT id, topic, state, attempts, expirations, priority, available_at, updated_at,
+       left(last_error, 300) AS last_error
+FROM job
+WHERE {{job_filter}}
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (updated_at, id) < (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY updated_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: count_jobs
+SELECT count(*) AS jobs FROM job WHERE {{job_filter}}
+
+-- name: retry_jobs
+-- Dead (or canceled) jobs back to pending now, as new: attempts and expirations
+-- reset, the idempotency key kept. The state guard is here, in the statement:
+-- a live row (pending, failed, processing) or a done one is never touched.
+WITH picked AS (
+    SELECT id FROM job
+    WHERE {{job_filter}} AND state = %(state)s::text AND state IN ('dead', 'canceled')
+    ORDER BY updated_at, id
+    LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+), retried AS (
+    UPDATE job
+    SET state = 'pending', attempts = 0, expirations = 0, available_at = now(),
+        locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM picked
+    WHERE job.id = picked.id AND job.state IN ('dead', 'canceled')
+    RETURNING job.id, job.topic
+), notified AS (
+    SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM retried) t
+)
+SELECT id FROM retried
+{{notify_forced}}
+
+-- name: cancel_jobs
+-- Bulk cancel of jobs that wait (pending, failed); running ones are canceled one
+-- at a time (`cancel`), so their handlers hear of it.
+WITH picked AS (
+    SELECT id FROM job
+    WHERE {{job_filter}} AND state IN ('pending', 'failed')
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+), canceled AS (
+    UPDATE job
+    SET state = 'canceled', updated_at = now(),
+        last_error = COALESCE('canceled: ' || %(reason)s, last_error)
+    FROM picked
+    WHERE job.id = picked.id AND job.state IN ('pending', 'failed')
+    RETURNING job.id
+)
+SELECT count(*) AS canceled FROM canceled
+
+-- name: purge_jobs
+-- One batch of an operator's purge: terminal rows only, whatever the filter says.
+DELETE FROM job
+WHERE id IN (
+    SELECT id FROM job
+    WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled')
+    ORDER BY updated_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+) AND state IN ('done', 'dead', 'canceled')
+
+-- name: throughput
+-- Jobs that reached done or dead per minute, over a window (zeros included).
+-- updated_at of a terminal row is when it settled: terminal rows never change.
+SELECT minute,
+       count(job.id) FILTER (WHERE job.state = 'done') AS done,
+       count(job.id) FILTER (WHERE job.state = 'dead') AS dead
+FROM generate_series(date_trunc('minute', now() - %(since)s), date_trunc('minute', now()),
+                     interval '1 minute') AS minute
+LEFT JOIN job ON job.state IN ('done', 'dead')
+             AND job.updated_at >= minute AND job.updated_at < minute + interval '1 minute'
+GROUP BY minute
+ORDER BY minute
+
+-- name: register_supervisor
+-- A supervisor says it is alive, and what its workers run (every few seconds).
+INSERT INTO brooq_supervisor (holder, host, pid, app, topics, started_at, seen_at, workers)
+VALUES (%(holder)s, %(host)s, %(pid)s, %(app)s, %(topics)s, %(started_at)s, now(),
+        %(workers)s::jsonb)
+ON CONFLICT (holder) DO UPDATE
+SET topics = EXCLUDED.topics, seen_at = now(), workers = EXCLUDED.workers
+
+-- name: expire_supervisors
+-- Rows of supervisors not seen for a long while: they died without a clean stop.
+DELETE FROM brooq_supervisor WHERE seen_at < now() - %(expire_after)s
+
+-- name: unregister_supervisor
+DELETE FROM brooq_supervisor WHERE holder = %(holder)s
+
+-- name: supervisors
+-- Every registered supervisor; alive = seen within the window.
+SELECT holder, host, pid, app, topics, started_at, seen_at, workers,
+       seen_at >= now() - %(alive_within)s AS alive
+FROM brooq_supervisor
+ORDER BY alive DESC, host, pid
+
+-- name: connection_room
+-- How many more client connections the server would accept now: max_connections
+-- less the reserved slots and the client backends already connected.
+SELECT current_setting('max_connections')::int AS max_connections,
+       current_setting('superuser_reserved_connections')::int
+       + COALESCE(NULLIF(current_setting('reserved_connections', true), ''), '0')::int
+       AS reserved,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int
+       AS in_use
+
+-- name: job_table_exists
+SELECT to_regclass('job') IS NOT NULL AS present

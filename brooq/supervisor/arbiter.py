@@ -44,6 +44,7 @@ from brooq.supervisor.maintenance import Maintenance
 from brooq.supervisor.notices import Notices
 from brooq.supervisor.processes import Processes
 from brooq.supervisor.producer import Producer
+from brooq.supervisor.registration import Registration
 from brooq.supervisor.slots import SlotState
 from brooq.supervisor.surface import Surface
 from brooq.supervisor.systemd import Notifier
@@ -167,6 +168,7 @@ class Supervisor:
             PeriodicScheduler(self.queue.schedules, self.store.enqueue_many,
                               self.store.last_scheduled_run),
             self.metrics)
+        self.registration = Registration(self)  # brooq_supervisor row: `brooq workers`
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
         """NO LOGGING, just queue the signal; the wakeup fd wakes the loop."""
@@ -224,6 +226,7 @@ class Supervisor:
         self.manage_workers()
         self.db.check_stuck(now)
         self.report_ready()
+        self.registration.run_once(now)
         if self.surface is not None:
             self.surface.publish(self)
 

@@ -1,4 +1,4 @@
-"""The supervisor's service surface: what /healthz and /metrics say about this supervisor.
+"""The supervisor's service surface: /healthz, /metrics and the dashboard at /ui.
 
 The HTTP server runs in threads of its own (brooq.surface); the loop only
 publishes a health verdict each tick and a snapshot of what its workers do.
@@ -13,6 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 from brooq import metrics as prom
+from brooq.surface.dashboard import Dashboard, DashboardPorts
+from brooq.surface.dashboard.ports import close_ports, postgres_ports
 from brooq.surface.service import HealthBoard, ServiceSurface
 
 if TYPE_CHECKING:
@@ -28,6 +30,7 @@ class Surface:
     def __init__(self, service: ServiceSurface, board: HealthBoard) -> None:
         self.service, self.board = service, board
         self.address = service.address
+        self.ports: DashboardPorts | None = None
 
     @classmethod
     def open(cls, sup: Supervisor) -> Surface | None:
@@ -37,11 +40,15 @@ class Surface:
             return None
         board = HealthBoard()
         topics = sup.queue.registry.topics()
+        ports = postgres_ports(sup.dsn)  # the dashboard's own connections, never the loop's
         service = ServiceSurface(
             settings.http_addr, dsn=sup.dsn, topics=topics, supervisor_pid=sup.pid,
             health=board, token=settings.token, allow_remote=settings.http_allow_remote,
-            collectors=[prom.WorkersCollector(lambda: workers_snapshot(sup), topics)])
-        return cls(service, board)
+            collectors=[prom.WorkersCollector(lambda: workers_snapshot(sup), topics)],
+            more_routes=Dashboard(ports, settings.token).routes)
+        surface = cls(service, board)
+        surface.ports = ports
+        return surface
 
     def start(self) -> None:
         """Serve in the server's threads."""
@@ -58,6 +65,8 @@ class Surface:
     def close(self) -> None:
         """Stop serving (within about a second, slow clients or not)."""
         self.service.close()
+        if self.ports is not None:
+            close_ports(self.ports)
 
 
 def workers_snapshot(sup: Supervisor) -> tuple[int, dict[str, int]]:

@@ -12,6 +12,7 @@ from brooq.vocabulary.errors import (
     JobNotFound,
     KindNotRegistered,
     NeedsDatabase,
+    SchemaMissing,
     StoreUnavailable,
 )
 from brooq.vocabulary.handler_signals import (
@@ -71,6 +72,7 @@ __all__ = [
     "NeedsDatabase",
     "PreserveAttempt",
     "Schedule",
+    "SchemaMissing",
     "SettleHook",
     "State",
     "StoreUnavailable",

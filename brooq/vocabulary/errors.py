@@ -27,6 +27,18 @@ class InvalidKindOptions(InvalidInput):
     """Kind options are out of range or contradict each other."""
 
 
+class SchemaMissing(InvalidInput):
+    """A table brooq needs is not in the database: the migrations were not applied.
+
+    Its message is the whole advice, one line: ``the job table is missing: run
+    `brooq migrate up```. Bad input (exit 2): the database given is not ready.
+    """
+
+    def __init__(self, table: str) -> None:
+        super().__init__(f"the {table} table is missing: run `brooq migrate up`")
+        self.table = table
+
+
 class JobNotFound(BrooqError, LookupError):
     """No job has this id (it may never have existed or retention deleted it)."""
 

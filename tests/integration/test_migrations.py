@@ -7,7 +7,8 @@ import psycopg
 from brooq.postgres import migrations
 
 ALL = ["0001.job", "0002.job-indexes", "0003.job-autovacuum", "0004.job-priority",
-       "0005.job-expirations", "0006.job-last-traceback", "0008.job-expiry-streak"]
+       "0005.job-expirations", "0006.job-last-traceback", "0007.supervisor",
+       "0008.job-expiry-streak"]
 
 
 def _tables(dsn: str) -> set[str]:
@@ -51,7 +52,9 @@ def test_schema_has_the_promised_pieces(dsn: str) -> None:
         checks = [r[0] for r in conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
             "WHERE conrelid = 'job'::regclass AND contype = 'c'")]
-        (opts,) = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchone()
+        row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchone()
+        assert row is not None
+        (opts,) = row
     claimable = "WHERE (state = ANY (ARRAY['pending'::text, 'failed'::text]))"
     assert claimable in indexes["job_claim_idx"]
     assert "UNIQUE" in indexes["job_idempotency_idx"]

@@ -92,7 +92,8 @@ def test_status_json_is_one_object_with_every_section(pg: psycopg.Connection[Any
     assert len(out.strip().splitlines()) == 1
     data = json.loads(out)
     assert set(data) == {"taken_at", "depth", "oldest_ready_s", "running", "dead_last_hour",
-                         "dead_last_hour_total"}
+                         "dead_last_hour_total", "supervisors", "unserved_topics"}
+    assert data["supervisors"] == [] and data["unserved_topics"] == ["email.send"]
     depth = {(r["topic"], r["state"]): r["jobs"] for r in data["depth"]}
     assert depth == {("email.send", "pending"): 1, ("email.send", "processing"): 1,
                      ("email.send", "done"): 3, ("report.build", "pending"): 1,

@@ -160,6 +160,8 @@ class Supervisor:
         self.seen: set[int] = set()
         self._offset = 0
         self._events: list[dict[str, Any]] = []
+        self.env_used: dict[str, str] = {}
+        """The environment the process was started with (HTTP_ADDR and all)."""
 
     # lifecycle
 
@@ -181,9 +183,10 @@ class Supervisor:
 
     def start(self) -> Supervisor:
         """Start the process (stdout and stderr go to the log file)."""
+        self.env_used = self.env()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.command(), cwd=self.workdir, env=self.env(), stdin=subprocess.DEVNULL,
+                self.command(), cwd=self.workdir, env=self.env_used, stdin=subprocess.DEVNULL,
                 stdout=log, stderr=log, start_new_session=True,
             )
         return self

@@ -90,6 +90,11 @@ def test_the_wheel_carries_the_sql_and_the_version(dist: Path) -> None:
     assert migrations == shipped_sql() and migrations
     assert "brooq/postgres/queries.sql" in names
     assert not any(n.startswith(("tests/", "migrations/")) for n in names)
+    # The dashboard works offline: every template and asset is in the wheel.
+    dashboard = ROOT / "brooq" / "surface" / "dashboard"
+    for folder in ("templates", "static"):
+        shipped = {p.name for p in (dashboard / folder).iterdir()}
+        assert shipped and {f"brooq/surface/dashboard/{folder}/{n}" for n in shipped} <= names
 
 
 def test_the_sdist_carries_everything_needed_to_build_test_and_deploy(dist: Path) -> None:

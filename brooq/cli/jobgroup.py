@@ -1,0 +1,211 @@
+"""``brooq jobs list|retry|cancel|purge``: the everyday job commands of an operator.
+
+Every command takes the same filters (brooq.cli.filters), prints a count of
+what it changed (``--json``: one document), and exits 2 on bad input. The
+state guards live in the SQL (brooq/postgres/queries.sql): retry only moves
+``dead`` (or ``canceled``) rows, cancel only ``pending``/``failed`` ones,
+purge only deletes terminal rows — whatever filter is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from datetime import UTC
+from typing import TYPE_CHECKING, Any
+
+from brooq.cli.common import print_json, require_dsn
+from brooq.cli.errors import Exit, UsageError
+from brooq.cli.filters import add_filter_flags, filter_from
+from brooq.cli.text import cut, safe
+from brooq.config import Settings
+from brooq.engine.admin import CANCELABLE, PURGEABLE, RETRYABLE
+from brooq.engine.filters import JobFilter
+from brooq.engine.inspection import JobPage, JobRow
+from brooq.vocabulary import State
+
+if TYPE_CHECKING:  # the driver is loaded only when a command needs the database
+    from brooq.postgres.admin import PostgresAdmin
+    from brooq.postgres.inspection import PostgresInspection
+
+
+def register(sub: Any) -> None:
+    """Add ``brooq jobs`` and its subcommands."""
+    group = sub.add_parser("jobs", help="list, retry, cancel and purge jobs in bulk")
+    group.set_defaults(func=lambda args, settings: _help(group))
+    cmds = group.add_subparsers(dest="jobs_command", metavar="ACTION")
+    p = cmds.add_parser("list", help="a table of jobs, newest first, one page at a time")
+    add_filter_flags(p, paging=True, limit_help="jobs per page (default 50, at most 1000)")
+    p.set_defaults(func=cmd_list)
+    p = cmds.add_parser("retry", help="dead (or canceled) jobs back to pending now")
+    p.add_argument("ids", nargs="*", metavar="ID", help="jobs to retry (else: the filters)")
+    add_filter_flags(p, RETRYABLE)
+    _bulk_flags(p)
+    p.set_defaults(func=cmd_retry)
+    p = cmds.add_parser("cancel", help="cancel pending or failed jobs in bulk")
+    p.add_argument("ids", nargs="*", metavar="ID", help="jobs to cancel (else: the filters)")
+    add_filter_flags(p, CANCELABLE)
+    p.add_argument("--reason", help="kept in last_error as 'canceled: REASON'")
+    _bulk_flags(p)
+    p.set_defaults(func=cmd_cancel)
+    p = cmds.add_parser("purge", help="delete done, dead or canceled jobs, in batches")
+    add_filter_flags(p, PURGEABLE, state_required=True)
+    _bulk_flags(p)
+    p.set_defaults(func=cmd_purge)
+
+
+def _bulk_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print how many jobs would change, change nothing"
+    )
+
+
+def _help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return Exit.USAGE
+
+
+def _inspection(settings: Settings) -> PostgresInspection:
+    from brooq.postgres.inspection import PostgresInspection
+
+    return PostgresInspection(require_dsn(settings))
+
+
+def _admin(settings: Settings) -> PostgresAdmin:
+    from brooq.postgres.admin import PostgresAdmin
+
+    return PostgresAdmin(require_dsn(settings))
+
+
+# --- list ------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
+    """Print one page of jobs, newest first, and how to get the next."""
+    where = filter_from(args)
+    inspection = _inspection(settings)
+    try:
+        page: JobPage = inspection.list_jobs(where)
+    finally:
+        inspection.close()
+    cursor = page.next.encode() if page.next else None
+    if args.json:
+        print_json(
+            {"jobs": [_job_json(r) for r in page.rows], "count": len(page.rows), "next": cursor}
+        )
+        return 0
+    print(render_page(page))
+    if cursor:
+        print(f"next page: --after {cursor}", file=sys.stderr)
+    return 0
+
+
+def _job_json(row: JobRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "topic": row.topic,
+        "state": row.state,
+        "attempts": row.attempts,
+        "expirations": row.expirations,
+        "priority": row.priority,
+        "available_at": row.available_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+        "last_error": row.last_error,
+    }
+
+
+def render_page(page: JobPage) -> str:
+    """The text table of a page: id, topic, state, attempts, times, last_error cut short."""
+    if not page.rows:
+        return "no jobs match"
+    width = max(len("topic"), *(len(r.topic) for r in page.rows))
+    lines = [
+        f"{'id':<36}  {'topic':<{width}}  {'state':<10} {'attempts':>8}  "
+        f"{'available_at (UTC)':<19}  {'updated_at (UTC)':<19}  last_error"
+    ]
+    for r in page.rows:
+        lines.append(
+            f"{r.id:<36}  {r.topic:<{width}}  {r.state:<10} {r.attempts:>8}  "
+            f"{r.available_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
+            f"{r.updated_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
+            f"{cut(safe(r.last_error or ''), 60)}"
+        )
+    return "\n".join(lines)
+
+
+# --- retry, cancel, purge --------------------------------------------------------------------
+
+
+def _count(settings: Settings, where: JobFilter, states: tuple[State, ...]) -> int:
+    inspection = _inspection(settings)
+    try:
+        if where.state is not None:
+            return int(inspection.count_jobs(where))
+        return sum(int(inspection.count_jobs(replace(where, state=s))) for s in states)
+    finally:
+        inspection.close()
+
+
+def _report(args: argparse.Namespace, verb: str, count: int, **extra: Any) -> None:
+    if args.json:
+        print_json({verb: count, "dry_run": bool(args.dry_run), **extra})
+    elif args.dry_run:
+        print(f"would have {verb} {count} job{'s' * (count != 1)} (dry run: nothing changed)")
+    else:
+        print(f"{verb} {count} job{'s' * (count != 1)}")
+
+
+def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
+    """Retry the given dead jobs, or every dead (or canceled) job the filters match."""
+    if not args.ids and not args.state:
+        raise UsageError("retry needs job ids or --state dead|canceled (with filters)")
+    where = filter_from(args, RETRYABLE, args.ids)
+    where = replace(where, state=where.state or State.DEAD)
+    if args.dry_run:
+        _report(args, "retried", _count(settings, where, RETRYABLE))
+        return 0
+    admin = _admin(settings)
+    try:
+        retried = admin.retry(where)
+    finally:
+        admin.close()
+    # The ids only when asked by id: a retry by filter may move millions of rows.
+    _report(args, "retried", len(retried), **({"ids": retried} if where.ids else {}))
+    missed = [i for i in where.ids if i not in set(retried)]
+    if missed and not args.json:
+        for job_id in missed:
+            print(f"job {job_id} was not retried: it is not {where.state}", file=sys.stderr)
+    return Exit.FAILED if where.ids and not retried else 0
+
+
+def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel every pending or failed job the ids or filters match."""
+    if not args.ids and not args.topic:
+        raise UsageError("cancel in bulk needs job ids or at least one --topic")
+    where = filter_from(args, CANCELABLE, args.ids)
+    if args.dry_run:
+        _report(args, "canceled", _count(settings, where, CANCELABLE))
+        return 0
+    admin = _admin(settings)
+    try:
+        canceled = admin.cancel_many(where, args.reason)
+    finally:
+        admin.close()
+    _report(args, "canceled", canceled)
+    return Exit.FAILED if where.ids and not canceled else 0
+
+
+def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
+    """Delete the done, dead or canceled jobs the filters match, in batches."""
+    where = filter_from(args, PURGEABLE)
+    if args.dry_run:
+        _report(args, "purged", _count(settings, where, PURGEABLE))
+        return 0
+    admin = _admin(settings)
+    try:
+        purged = admin.purge(where)
+    finally:
+        admin.close()
+    _report(args, "purged", purged)
+    return 0

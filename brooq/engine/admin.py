@@ -1,0 +1,61 @@
+"""The Admin port: the operators' writes (retry, cancel many, purge), each guarded in SQL.
+
+Kept apart from the Store port (the engine never needs these to run jobs)
+and from Inspection (which only reads). Every write names the states it may
+touch in its own statement, so no caller can make it change a live row:
+
+- retry: ``dead`` (or ``canceled`` when asked) → ``pending`` now, attempts and
+  expirations reset, the idempotency key kept;
+- cancel_many: ``pending`` or ``failed`` → ``canceled``;
+- purge: deletes ``done``, ``dead`` or ``canceled`` rows, in batches.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from brooq.engine.filters import JobFilter
+from brooq.vocabulary import InvalidInput, State
+
+RETRYABLE = (State.DEAD, State.CANCELED)
+CANCELABLE = (State.PENDING, State.FAILED)
+PURGEABLE = (State.DONE, State.DEAD, State.CANCELED)
+BATCH = 1000
+"""Rows changed per transaction: no bulk action holds many row locks for long."""
+
+
+class Admin(Protocol):
+    """What operators change. Each method returns how many rows it changed."""
+
+    def retry(self, where: JobFilter) -> list[str]:
+        """Jobs ``where`` matches in ``where.state`` (dead or canceled) back to pending now;
+        the ids retried."""
+        ...
+
+    def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
+        """Cancel the pending or failed jobs ``where`` matches (``where.state`` if given)."""
+        ...
+
+    def purge(self, where: JobFilter) -> int:
+        """Delete the terminal jobs ``where`` matches in ``where.state``, batch by batch."""
+        ...
+
+    def cancel(self, job_id: str, reason: str | None = None) -> bool:
+        """Cancel one job that is not terminal yet (a running one too); False if it was."""
+        ...
+
+    def close(self) -> None:
+        """Release the connection."""
+        ...
+
+
+def require_state(where: JobFilter, allowed: tuple[State, ...], action: str) -> State:
+    """The filter's state when ``action`` may touch it; InvalidInput otherwise."""
+    if where.state is None or where.state not in allowed:
+        choices = "|".join(str(s) for s in allowed)
+        given = f" {where.state}" if where.state else ""
+        raise InvalidInput(
+            f"{action} needs --state {choices} (got{given or ' none'}); "
+            f"{action} never touches other rows"
+        )
+    return where.state

@@ -1,0 +1,104 @@
+"""The Admin port over PostgreSQL: retry, cancel many, purge; batch by batch, guarded in SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from brooq.engine.admin import BATCH, CANCELABLE, PURGEABLE, RETRYABLE, require_state
+from brooq.engine.filters import JobFilter
+from brooq.postgres.connect import Connector, Source
+from brooq.postgres.sql import sql
+from brooq.vocabulary import parse_job_id
+
+MAX_BATCHES = 10_000
+"""A bound on any loop here: 10 million rows per call at most."""
+
+
+class PostgresAdmin:
+    """Operators' writes on a connection of their own; each batch is its own transaction.
+
+    A batch locks at most :data:`BATCH` rows (SKIP LOCKED: rows a worker
+    holds are left alone) and commits before the next, so a purge of millions
+    of rows never holds a long transaction. ``where.limit`` caps the rows a
+    call changes (0: every match).
+    """
+
+    def __init__(
+        self,
+        source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
+        prepare: bool = True,
+        statement_timeout: timedelta | None = None,
+    ) -> None:
+        self.connector = (
+            source
+            if isinstance(source, Connector)
+            else Connector(Source(source, statement_timeout=statement_timeout, prepare=prepare))
+        )
+
+    def _batches(self, limit: int, batch: Callable[[psycopg.Connection[Any], int], int]) -> int:
+        """Call ``batch(conn, want)`` until one changes fewer rows than wanted; the total.
+
+        Each call is one statement on an autocommit connection: its own transaction.
+        """
+        total = 0
+        with self.connector.connection() as conn:
+            for _ in range(MAX_BATCHES):
+                want = BATCH if not limit else min(BATCH, limit - total)
+                if want <= 0:
+                    break
+                done = batch(conn, want)
+                total += done
+                if done < want:
+                    break
+        return total
+
+    def retry(self, where: JobFilter) -> list[str]:
+        """Dead (or canceled) jobs back to pending now; the ids retried."""
+        require_state(where, RETRYABLE, "retry")
+        ids: list[str] = []
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            rows = conn.execute(sql("retry_jobs"), {**where.params(), "batch": want}).fetchall()
+            ids.extend(str(r[0]) for r in rows)
+            return len(rows)
+
+        self._batches(where.limit, batch)
+        return ids
+
+    def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
+        """Cancel the pending or failed jobs ``where`` matches; how many."""
+        if where.state is not None:
+            require_state(where, CANCELABLE, "cancel")
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            params = {**where.params(), "batch": want, "reason": reason}
+            row = conn.execute(sql("cancel_jobs"), params).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._batches(where.limit, batch)
+
+    def purge(self, where: JobFilter) -> int:
+        """Delete the terminal rows ``where`` matches in ``where.state``; how many."""
+        require_state(where, PURGEABLE, "purge")
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            return conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).rowcount
+
+        return self._batches(where.limit, batch)
+
+    def cancel(self, job_id: str, reason: str | None = None) -> bool:
+        """Cancel one job that is not terminal yet; a running handler hears of it."""
+        with self.connector.connection() as conn:
+            row = conn.execute(
+                sql("cancel"), {"id": parse_job_id(job_id), "reason": reason}
+            ).fetchone()
+        return row is not None
+
+    def close(self) -> None:
+        """Close the connection this admin opened."""
+        self.connector.close()

@@ -1,0 +1,258 @@
+"""The dashboard over HTTP (no browser): pages, redirects, escaping, and who may act.
+
+Actions need the token: refused 403 when none is configured (read-only),
+401 without a session, 403 with a cookie but no CSRF token or from another
+origin; the login cookie is HttpOnly and SameSite=Strict.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote_plus
+
+import psycopg
+import pytest
+
+from tests.dashboard_server import TOKEN, Served, serve_dashboard
+from tests.system.harness import PYTHONPATH, free_port
+
+pytestmark = pytest.mark.db
+
+
+@pytest.fixture
+def guarded(dsn: str) -> Iterator[Served]:
+    with serve_dashboard(dsn, TOKEN) as served:
+        yield served
+
+
+@pytest.fixture
+def read_only(dsn: str) -> Iterator[Served]:
+    with serve_dashboard(dsn, None) as served:
+        yield served
+
+
+def insert(
+    pg: psycopg.Connection[Any],
+    topic: str,
+    state: str,
+    payload: str = "{}",
+    error: str | None = None,
+) -> str:
+    locked = "'h:1:x', now() + interval '1 minute'" if state == "processing" else "NULL, NULL"
+    row = pg.execute(
+        "INSERT INTO job (topic, payload, state, attempts, last_error, locked_by, locked_until) "
+        f"VALUES (%s, %s::jsonb, %s, 2, %s, {locked}) RETURNING id::text",
+        (topic, payload, state, error),
+    ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def state_of(pg: psycopg.Connection[Any], job_id: str) -> str | None:
+    row = pg.execute("SELECT state FROM job WHERE id = %s", (job_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def login(served: Served) -> str:
+    answer = served.request("POST", "/ui/login", {"token": TOKEN})
+    assert answer.status == 303
+    cookie = answer.headers["Set-Cookie"]
+    return cookie.split(";")[0]
+
+
+def csrf_of(html: str) -> str:
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match, "no CSRF field on the page"
+    return match[1]
+
+
+def test_root_redirects_to_ui_and_pages_answer(
+    read_only: Served, pg: psycopg.Connection[Any]
+) -> None:
+    job = insert(pg, "email.send", "dead", error="ValueError: boom")
+    answer = read_only.request("GET", "/")
+    assert answer.status == 303 and answer.headers["Location"] == "/ui"
+    overview = read_only.request("GET", "/ui")
+    assert overview.status == 200 and "email.send" in overview.body
+    assert "read-only: no BROOQ_TOKEN configured" in overview.body
+    assert "default-src 'none'" in overview.headers["Content-Security-Policy"]
+    listing = read_only.request("GET", "/ui/jobs?state=dead")
+    assert listing.status == 200 and job in listing.body and "ValueError: boom" in listing.body
+    page = read_only.request("GET", f"/ui/jobs/{job}")
+    assert page.status == 200 and "ValueError: boom" in page.body
+    assert read_only.request("GET", "/ui/jobs/0190f4c4-7a55-7c1e-8f00-00000000beef").status == 404
+    assert read_only.request("GET", "/ui/jobs?since=yesterday").status == 400
+    css = read_only.request("GET", "/ui/static/dashboard.css")
+    assert css.status == 200 and css.headers["Content-Type"].startswith("text/css")
+    assert read_only.request("GET", "/ui/static/dashboard.js").status == 200
+
+
+def test_no_asset_comes_from_elsewhere(read_only: Served, pg: psycopg.Connection[Any]) -> None:
+    job = insert(pg, "email.send", "dead")
+    for path in ("/ui", "/ui/jobs", f"/ui/jobs/{job}", "/ui/login"):
+        html = read_only.request("GET", path).body
+        assert not re.search(r'(src|href)="(https?:)?//', html), path
+
+
+def test_a_script_payload_is_text(read_only: Served, pg: psycopg.Connection[Any]) -> None:
+    evil = '{"note": "</pre><script>alert(1)</script>", "<img src=x onerror=alert(2)>": 1}'
+    job = insert(pg, "email.send", "dead", evil, error="<script>alert(3)</script>")
+    for path in (f"/ui/jobs/{job}", "/ui/jobs", "/ui"):
+        html = read_only.request("GET", path).body
+        assert "<script>alert" not in html and "<img src=x" not in html, path
+    page = read_only.request("GET", f"/ui/jobs/{job}").body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "&lt;script&gt;alert(3)&lt;/script&gt;" in page
+
+
+def test_read_only_refuses_every_action_with_403(
+    read_only: Served, pg: psycopg.Connection[Any]
+) -> None:
+    dead = insert(pg, "email.send", "dead")
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for path, form in (
+        (f"/ui/jobs/{dead}/retry", {"confirm": "yes"}),
+        (f"/ui/jobs/{dead}/cancel", {"confirm": "yes"}),
+        ("/ui/jobs/retry", {"state": "dead", "confirm": "yes"}),
+        ("/ui/jobs/purge", {"state": "dead", "confirm": "yes"}),
+    ):
+        answer = read_only.request("POST", path, form, bearer)
+        assert answer.status == 403 and "read-only" in answer.body, path
+    assert state_of(pg, dead) == "dead"
+
+
+def test_without_a_session_actions_are_401(guarded: Served, pg: psycopg.Connection[Any]) -> None:
+    dead = insert(pg, "email.send", "dead")
+    answer = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"confirm": "yes"})
+    assert answer.status == 401
+    wrong = guarded.request(
+        "POST",
+        f"/ui/jobs/{dead}/retry",
+        {"confirm": "yes"},
+        {"Authorization": "Bearer not-the-token"},
+    )
+    assert wrong.status == 401
+    assert guarded.request("POST", "/ui/login", {"token": "nope"}).status == 401
+    assert state_of(pg, dead) == "dead"
+    page = guarded.request("GET", f"/ui/jobs/{dead}").body
+    assert 'name="csrf"' not in page and "log in" in page
+
+
+def test_login_cookie_is_httponly_strict_and_never_the_token(guarded: Served) -> None:
+    answer = guarded.request("POST", "/ui/login", {"token": TOKEN})
+    cookie = answer.headers["Set-Cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
+    assert TOKEN not in cookie
+    logout = guarded.request("POST", "/ui/logout", {})
+    assert "Max-Age=0" in logout.headers["Set-Cookie"]
+
+
+def test_a_cookie_session_needs_the_csrf_token_and_the_same_origin(
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
+    dead = insert(pg, "email.send", "dead")
+    cookie = {"Cookie": login(guarded)}
+    no_csrf = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"confirm": "yes"}, cookie)
+    assert no_csrf.status == 403 and "CSRF" in no_csrf.body
+    page = guarded.request("GET", f"/ui/jobs/{dead}", headers=cookie).body
+    csrf = csrf_of(page)
+    foreign = guarded.request(
+        "POST",
+        f"/ui/jobs/{dead}/retry",
+        {"confirm": "yes", "csrf": csrf},
+        {**cookie, "Origin": "http://evil.example"},
+    )
+    assert foreign.status == 403
+    assert state_of(pg, dead) == "dead"
+    # The first post asks for confirmation; the confirmed one retries.
+    asked = guarded.request("POST", f"/ui/jobs/{dead}/retry", {"csrf": csrf}, cookie)
+    assert asked.status == 200 and "Retry job" in asked.body and state_of(pg, dead) == "dead"
+    done = guarded.request(
+        "POST",
+        f"/ui/jobs/{dead}/retry",
+        {"csrf": csrf, "confirm": "yes"},
+        {**cookie, "Origin": guarded.url},
+    )
+    assert done.status == 303 and state_of(pg, dead) == "pending"
+
+
+def test_retry_from_the_page_never_touches_a_live_row(
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for state in ("pending", "failed", "processing", "done"):
+        job = insert(pg, "email.send", state)
+        answer = guarded.request("POST", f"/ui/jobs/{job}/retry", {"confirm": "yes"}, bearer)
+        assert answer.status == 303
+        assert "only dead or canceled" in unquote_plus(answer.headers["Location"])
+        assert state_of(pg, job) == state
+
+
+def test_bulk_retry_and_purge_follow_the_filter_and_the_guards(
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    dead = [insert(pg, "email.send", "dead") for _ in range(3)]
+    other = insert(pg, "report.build", "dead")
+    live = insert(pg, "email.send", "pending")
+    asked = guarded.request(
+        "POST", "/ui/jobs/retry", {"state": "dead", "topic": "email.send"}, bearer
+    )
+    assert asked.status == 200 and "Retry 3 dead jobs" in asked.body
+    done = guarded.request(
+        "POST", "/ui/jobs/retry", {"state": "dead", "topic": "email.send", "confirm": "yes"}, bearer
+    )
+    assert done.status == 303 and "retried+3+jobs" in done.headers["Location"]
+    assert {state_of(pg, j) for j in dead} == {"pending"} and state_of(pg, other) == "dead"
+    refused = guarded.request(
+        "POST", "/ui/jobs/purge", {"state": "pending", "confirm": "yes"}, bearer
+    )
+    assert refused.status == 400
+    purged = guarded.request("POST", "/ui/jobs/purge", {"state": "dead", "confirm": "yes"}, bearer)
+    assert purged.status == 303 and state_of(pg, other) is None
+    assert state_of(pg, live) == "pending" and {state_of(pg, j) for j in dead} == {"pending"}
+
+
+def test_cancel_from_the_page(guarded: Served, pg: psycopg.Connection[Any]) -> None:
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    job = insert(pg, "email.send", "pending")
+    answer = guarded.request("POST", f"/ui/jobs/{job}/cancel", {"confirm": "yes"}, bearer)
+    assert answer.status == 303 and state_of(pg, job) == "canceled"
+
+
+def test_brooq_dashboard_serves_alone_and_stops_on_sigterm(
+    dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    insert(pg, "email.send", "dead")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "BROOQ_", "HTTP_"))}
+    env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "brooq.cli", "dashboard", "--http-addr", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert f"http://127.0.0.1:{port}/ui" in line and "read-only" in line
+        served = Served(f"127.0.0.1:{port}")
+        page = served.request("GET", "/ui")
+        assert page.status == 200 and "email.send" in page.body
+        assert "served by the brooq dashboard" in page.body
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

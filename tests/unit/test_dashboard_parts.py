@@ -1,0 +1,143 @@
+"""The dashboard's pure parts: who may act (session, CSRF, origin), the redirect that never
+leaves /ui, the query-string filter, the chart's geometry, and autoescaped templates."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from brooq.engine.inspection import MinuteCount
+from brooq.surface.dashboard.access import COOKIE, Access, Verdict, same_origin
+from brooq.surface.dashboard.render import chart, environment, page
+from brooq.surface.dashboard.views import query_filter, redirect
+from brooq.surface.wire import Request
+from brooq.vocabulary import InvalidInput, State
+
+TOKEN = "s3cret-token-of-the-operator"
+
+
+def request(headers: list[tuple[str, str]] | None = None) -> Request:
+    return Request(
+        method="POST",
+        target="/ui/x",
+        path="/ui/x",
+        query={},
+        headers=tuple(headers or [("host", "127.0.0.1:8090")]),
+    )
+
+
+def test_the_session_cookie_is_derived_never_the_token() -> None:
+    access = Access(TOKEN)
+    value = access.session_value()
+    assert TOKEN not in value and len(value) == 64
+    cookie = access.set_cookie()
+    assert cookie.startswith(f"{COOKIE}={value};")
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert Access("another-token").session_value() != value
+
+
+def test_verdicts() -> None:
+    assert Access(None).verdict(request()) is Verdict.READ_ONLY
+    access = Access(TOKEN)
+    assert access.verdict(request()) is Verdict.ANONYMOUS
+    cookie = ("cookie", f"{COOKIE}={access.session_value()}")
+    assert access.verdict(request([cookie])) is Verdict.ALLOWED
+    assert access.verdict(request([("cookie", f"{COOKIE}=forged")])) is Verdict.ANONYMOUS
+    assert access.verdict(request([("authorization", f"Bearer {TOKEN}")])) is Verdict.ALLOWED
+    assert (
+        access.verdict(
+            request([("authorization", f"Bearer {TOKEN}"), ("authorization", f"Bearer {TOKEN}")])
+        )
+        is Verdict.ANONYMOUS
+    )
+
+
+def test_writes_need_session_csrf_and_same_origin() -> None:
+    access = Access(TOKEN)
+    host = ("host", "127.0.0.1:8090")
+    cookie = ("cookie", f"{COOKIE}={access.session_value()}")
+    csrf = access.csrf_for(request())
+    assert Access(None).refuse_write(request([host]), {}) == (
+        403,
+        "read-only: no BROOQ_TOKEN is configured, so no action is possible",
+    )
+    assert access.refuse_write(request([host]), {})[0] == 401  # type: ignore[index]
+    assert access.refuse_write(request([host, cookie]), {})[0] == 403  # type: ignore[index]
+    assert access.refuse_write(request([host, cookie]), {"csrf": ["0" * 64]}) is not None
+    assert access.refuse_write(request([host, cookie]), {"csrf": [csrf]}) is None
+    evil = ("origin", "http://evil.example")
+    assert access.refuse_write(request([host, cookie, evil]), {"csrf": [csrf]}) is not None
+    bearer = ("authorization", f"Bearer {TOKEN}")
+    assert access.refuse_write(request([host, bearer]), {}) is None
+
+
+def test_same_origin() -> None:
+    host = ("host", "127.0.0.1:8090")
+    assert same_origin(request([host]))
+    assert same_origin(request([host, ("origin", "http://127.0.0.1:8090")]))
+    assert not same_origin(request([host, ("origin", "http://localhost:8090")]))
+    assert not same_origin(request([host, ("origin", "null")]))
+    assert not same_origin(request([host, ("referer", "http://evil.example/ui")]))
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["//evil.example/ui", "https://evil.example", "/ui\r\nX: y", "/other", "javascript:alert(1)"],
+)
+def test_a_redirect_never_leaves_the_dashboard(target: str) -> None:
+    assert redirect(target).headers == [("Location", "/ui")]
+
+
+def test_a_redirect_carries_its_notice_encoded() -> None:
+    location = dict(redirect("/ui/jobs?state=dead", "retried 3 jobs & more").headers)["Location"]
+    assert location == "/ui/jobs?state=dead&notice=retried+3+jobs+%26+more"
+
+
+def test_query_filter() -> None:
+    where = query_filter({"topic": ["a.one,b.two", "c"], "state": ["dead"], "limit": ["20"]})
+    assert where.topics == ("a.one", "b.two", "c") and where.state is State.DEAD
+    assert where.page_size == 20
+    assert query_filter({}).page_size == 50
+    for bad in (
+        {"state": ["finished"]},
+        {"limit": ["-3"]},
+        {"since": ["soon"]},
+        {"after": ["nope"]},
+    ):
+        with pytest.raises(InvalidInput):
+            query_filter(bad)
+    with pytest.raises(InvalidInput):
+        query_filter({"state": ["pending"]}, states=(State.DEAD, State.CANCELED))
+
+
+def test_chart_geometry() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    minutes = [
+        MinuteCount(start + timedelta(minutes=i), done, dead)
+        for i, (done, dead) in enumerate([(0, 0), (10, 2), (5, 0)])
+    ]
+    drawn = chart(minutes, width=200, height=100)
+    assert drawn.peak == 10 and (drawn.done_total, drawn.dead_total) == (15, 2)
+    assert drawn.done_points.split() == ["0.0,96.0", "100.0,4.0", "200.0,50.0"]
+    assert drawn.done_area.startswith("0,100 ") and drawn.done_area.endswith(" 200.0,100")
+    assert chart([]).peak == 1
+
+
+def test_every_template_is_autoescaped() -> None:
+    env = environment()
+    for name in env.list_templates():
+        assert "|safe" not in env.loader.get_source(env, name)[0], name  # type: ignore[union-attr]
+    html = page(
+        "message.html",
+        verdict="read_only",
+        can_act=False,
+        csrf="",
+        where="test",
+        path="/ui",
+        notice="<b>n</b>",
+        title="<i>t</i>",
+        text="<script>x</script>",
+    )
+    assert "<script>x" not in html and "&lt;script&gt;x&lt;/script&gt;" in html
+    assert "<b>n</b>" not in html and "<i>t</i>" not in html
