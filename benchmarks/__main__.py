@@ -47,64 +47,125 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "retention": retention.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
-NAMES = ["enqueue", "bulk", "drain", "raw", "cpu", "priorities", "latency", "claim_cost",
-         "retention"]
-GROUP_ORDER = [enqueue.GROUP_SINGLE, enqueue.GROUP_BULK, drain.GROUP, drain.CONNECTIONS_GROUP,
-               drain.PRIORITY_GROUP,
-               "CPU per 1,000 jobs (drain at the largest worker count)", latency.GROUP,
-               claim_cost.GROUP, retention.GROUP, peers.GROUP]
+NAMES = [
+    "enqueue",
+    "bulk",
+    "drain",
+    "raw",
+    "cpu",
+    "priorities",
+    "latency",
+    "claim_cost",
+    "retention",
+]
+GROUP_ORDER = [
+    enqueue.GROUP_SINGLE,
+    enqueue.GROUP_BULK,
+    drain.GROUP,
+    drain.CONNECTIONS_GROUP,
+    drain.PRIORITY_GROUP,
+    "CPU per 1,000 jobs (drain at the largest worker count)",
+    latency.GROUP,
+    claim_cost.GROUP,
+    retention.GROUP,
+    peers.GROUP,
+]
 
 
 def ratios(sizes: Any) -> list[Ratio]:
     """The ratios the report prints (each only when both sides were measured)."""
     out = [
         Ratio("enqueue one by one: brooq (NOTIFY on) / raw INSERT", "enqueue.brooq", "enqueue.raw"),
-        Ratio("enqueue one by one: brooq (NOTIFY off) / raw INSERT", "enqueue.brooq_nonotify",
-              "enqueue.raw"),
-        Ratio("enqueue one by one: NOTIFY on / NOTIFY off", "enqueue.brooq",
-              "enqueue.brooq_nonotify"),
-        Ratio("bulk enqueue: brooq enqueue_many / fastest raw", "bulk.brooq",
-              enqueue.best_raw_bulk),
+        Ratio(
+            "enqueue one by one: brooq (NOTIFY off) / raw INSERT",
+            "enqueue.brooq_nonotify",
+            "enqueue.raw",
+        ),
+        Ratio(
+            "enqueue one by one: NOTIFY on / NOTIFY off", "enqueue.brooq", "enqueue.brooq_nonotify"
+        ),
+        Ratio(
+            "bulk enqueue: brooq enqueue_many / fastest raw", "bulk.brooq", enqueue.best_raw_bulk
+        ),
     ]
     for n in sizes.drain_workers:
         out += [
-            Ratio(f"drain N={n}: brooq / raw floor (claim + settle)", f"drain.brooq.N{n}",
-                  f"drain.raw_two.P{n}"),
-            Ratio(f"drain N={n}: brooq / raw fused (settle-and-claim)", f"drain.brooq.N{n}",
-                  f"drain.raw_fused.P{n}"),
+            Ratio(
+                f"drain N={n}: brooq / raw floor (claim + settle)",
+                f"drain.brooq.N{n}",
+                f"drain.raw_two.P{n}",
+            ),
+            Ratio(
+                f"drain N={n}: brooq / raw fused (settle-and-claim)",
+                f"drain.brooq.N{n}",
+                f"drain.raw_fused.P{n}",
+            ),
         ]
     top = sizes.max_workers
     out += [
-        Ratio(f"drain N={top}: brooq / raw batched ceiling (10 per statement)",
-              f"drain.brooq.N{top}", f"drain.raw_batch.P{top}"),
-        Ratio(f"drain N={top}: priorities 0..9 mixed / all priority 0", f"priority.mixed.N{top}",
-              f"drain.brooq.N{top}"),
+        Ratio(
+            f"drain N={top}: brooq / raw batched ceiling (10 per statement)",
+            f"drain.brooq.N{top}",
+            f"drain.raw_batch.P{top}",
+        ),
+        Ratio(
+            f"drain N={top}: priorities 0..9 mixed / all priority 0",
+            f"priority.mixed.N{top}",
+            f"drain.brooq.N{top}",
+        ),
         Ratio(f"drain N={top}: pgqueuer / brooq", f"peer.pgqueuer.N{top}", f"drain.brooq.N{top}"),
-        Ratio(f"claim p99: {sizes.claim_rows:,} ready rows / {sizes.claim_baseline_rows:,}",
-              f"claim.rows{sizes.claim_rows}.p99",
-              f"claim.rows{sizes.claim_baseline_rows}.p99"),
-        Ratio("concurrent claim p99: during retention / before", "retention.claim_p99_during",
-              "retention.claim_p99_before"),
+        Ratio(
+            f"claim p99: {sizes.claim_rows:,} ready rows / {sizes.claim_baseline_rows:,}",
+            f"claim.rows{sizes.claim_rows}.p99",
+            f"claim.rows{sizes.claim_baseline_rows}.p99",
+        ),
+        Ratio(
+            "concurrent claim p99: during retention / before",
+            "retention.claim_p99_during",
+            "retention.claim_p99_before",
+        ),
     ]
     return out
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true",
-                   help="tiny sizes, one round by default: proves the harness runs (CI)")
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, one round by default: proves the harness runs (CI)",
+    )
     p.add_argument("--rounds", type=int, help="interleaved rounds (default 3; 1 with --quick)")
-    p.add_argument("--only", action="append", metavar="NAME",
-                   help=f"run only these (repeatable or comma-separated): {', '.join(NAMES)}")
-    p.add_argument("--peers", default="", metavar="NAMES",
-                   help="peer queues to measure too (comma-separated): pgqueuer")
-    p.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
-                   help="where <timestamp>.json goes (default benchmarks/results)")
-    p.add_argument("--profile", type=Path, metavar="DIR",
-                   help="after the rounds, one more drain at the largest N with py-spy on "
-                        "the supervisor and a child; raw stacks go to DIR")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help=f"run only these (repeatable or comma-separated): {', '.join(NAMES)}",
+    )
+    p.add_argument(
+        "--peers",
+        default="",
+        metavar="NAMES",
+        help="peer queues to measure too (comma-separated): pgqueuer",
+    )
+    p.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS_DIR,
+        help="where <timestamp>.json goes (default benchmarks/results)",
+    )
+    p.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="after the rounds, one more drain at the largest N with py-spy on "
+        "the supervisor and a child; raw stacks go to DIR",
+    )
     p.add_argument("--keep-logs", action="store_true", help="keep the supervisors' log files")
     args = p.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
@@ -112,14 +173,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     selected = {n.strip() for item in args.only or [] for n in item.split(",") if n.strip()}
     unknown = selected - set(NAMES) - {"peers"}
     if unknown:
-        p.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from "
-                f"{', '.join(NAMES)}")
+        p.error(
+            f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(NAMES)}"
+        )
     args.selected = selected or set(NAMES)
     args.peer_names = [x.strip() for x in args.peers.split(",") if x.strip()]
     unknown_peers = set(args.peer_names) - set(peers.PEERS)
     if unknown_peers:
-        p.error(f"unknown peer(s): {', '.join(sorted(unknown_peers))}; known: "
-                f"{', '.join(peers.PEERS)}")
+        p.error(
+            f"unknown peer(s): {', '.join(sorted(unknown_peers))}; known: {', '.join(peers.PEERS)}"
+        )
     if args.peer_names:
         args.selected.add("peers")
     return args
@@ -133,12 +196,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = Results()
     server = Server(server_url())
     workdir = new_workdir()
-    ctx = Context(server=server, sizes=sizes, results=results, workdir=workdir, rounds=rounds,
-                  profile_dir=args.profile, peers=args.peer_names, selected=args.selected)
+    ctx = Context(
+        server=server,
+        sizes=sizes,
+        results=results,
+        workdir=workdir,
+        rounds=rounds,
+        profile_dir=args.profile,
+        peers=args.peer_names,
+        selected=args.selected,
+    )
     meta: dict[str, Any] = {
-        "started_at": datetime.now(UTC).isoformat(timespec="seconds"), "git": git_revision(),
-        "quick": args.quick, "rounds": rounds, "selected": sorted(args.selected),
-        "peers": args.peer_names, "sizes": sizes_dict(sizes), "machine": machine(),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "git": git_revision(),
+        "quick": args.quick,
+        "rounds": rounds,
+        "selected": sorted(args.selected),
+        "peers": args.peer_names,
+        "sizes": sizes_dict(sizes),
+        "machine": machine(),
         "postgres": server.settings(),
     }
     if rounds < 3 and not args.quick:
@@ -150,8 +226,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_no in range(rounds):
             print(f"round {round_no + 1}/{rounds}", file=sys.stderr, flush=True)
             for name, run in BENCHMARKS.items():
-                wanted = bool(DRAIN_FAMILY & args.selected) if name == "drain" \
-                    else name in args.selected
+                wanted = (
+                    bool(DRAIN_FAMILY & args.selected) if name == "drain" else name in args.selected
+                )
                 if wanted:
                     t0 = time.monotonic()
                     run(ctx, round_no)

@@ -20,8 +20,10 @@ import brooq
 queue = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 latency = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 
-LATENCY_TABLE = ("CREATE TABLE IF NOT EXISTS bench_latency "
-                 "(job_id uuid PRIMARY KEY, started double precision NOT NULL)")
+LATENCY_TABLE = (
+    "CREATE TABLE IF NOT EXISTS bench_latency "
+    "(job_id uuid PRIMARY KEY, started double precision NOT NULL)"
+)
 
 
 @queue.kind("bench.noop")
@@ -35,7 +37,8 @@ def record_start(claim: brooq.Claim) -> None:
     started = time.time()
 
     def write(conn: Any) -> None:
-        conn.execute("INSERT INTO bench_latency (job_id, started) VALUES (%s, %s)",
-                     (claim.id, started))
+        conn.execute(
+            "INSERT INTO bench_latency (job_id, started) VALUES (%s, %s)", (claim.id, started)
+        )
 
     claim.on_succeeded(write)

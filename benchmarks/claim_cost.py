@@ -20,10 +20,12 @@ import psycopg
 from benchmarks.harness import TOPIC, Context, percentile
 
 GROUP = "claim cost (one connection, autocommit, each claim timed)"
-LOAD = ("INSERT INTO job (topic, payload, available_at) "
-        "SELECT %(topic)s, jsonb_build_object('i', i), "
-        "       now() - make_interval(secs => (%(n)s - i) / 1000.0) "
-        "FROM generate_series(1, %(n)s) AS i")
+LOAD = (
+    "INSERT INTO job (topic, payload, available_at) "
+    "SELECT %(topic)s, jsonb_build_object('i', i), "
+    "       now() - make_interval(secs => (%(n)s - i) / 1000.0) "
+    "FROM generate_series(1, %(n)s) AS i"
+)
 
 
 def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -52,8 +54,9 @@ def plan_of_claim(conn: psycopg.Connection[Any], params: dict[str, Any]) -> dict
     return {
         "top": _describe(plan),
         "claim_scan": _describe(claim_scan) if claim_scan else "none on job_claim_idx",
-        "uses_job_claim_idx": bool(claim_scan and claim_scan["Node Type"] in (
-            "Index Scan", "Index Only Scan")),
+        "uses_job_claim_idx": bool(
+            claim_scan and claim_scan["Node Type"] in ("Index Scan", "Index Only Scan")
+        ),
         "nodes": [_describe(n) for n in _nodes(plan)],
     }
 
@@ -84,20 +87,31 @@ def run_round(ctx: Context, round_no: int) -> None:
     sizes = ctx.sizes
     depths = [sizes.claim_rows, sizes.claim_baseline_rows]
     for rows in depths if round_no % 2 == 0 else depths[::-1]:
+
         def one(rows: int = rows) -> None:
             with ctx.server.fresh(f"claim{rows}") as dsn:
                 plan, ms, loaded = measure(dsn, rows, sizes.claims)
             tag = f"{rows:,} ready rows"
             key = f"claim.rows{rows}"
-            for name, value in (("p50", percentile(ms, 50)), ("p99", percentile(ms, 99)),
-                                ("mean", sum(ms) / len(ms))):
-                ctx.results.add(f"{key}.{name}", value, round_no=round_no, group=GROUP,
-                                label=f"{tag}: claim {name}", unit="ms",
-                                higher_is_better=False)
+            for name, value in (
+                ("p50", percentile(ms, 50)),
+                ("p99", percentile(ms, 99)),
+                ("mean", sum(ms) / len(ms)),
+            ):
+                ctx.results.add(
+                    f"{key}.{name}",
+                    value,
+                    round_no=round_no,
+                    group=GROUP,
+                    label=f"{tag}: claim {name}",
+                    unit="ms",
+                    higher_is_better=False,
+                )
             ctx.results.notes[f"claim plan at {tag}"] = (
                 f"top node: {plan['top']}; claim scan: {plan['claim_scan']}; "
                 f"index scan on job_claim_idx: {'yes' if plan['uses_job_claim_idx'] else 'NO'}; "
-                f"plan: {' > '.join(plan['nodes'])}; bulk load + ANALYZE took {loaded:.1f}s")
+                f"plan: {' > '.join(plan['nodes'])}; bulk load + ANALYZE took {loaded:.1f}s"
+            )
             if not plan["uses_job_claim_idx"]:
                 raise RuntimeError(f"the claim at {tag} does not use job_claim_idx: {plan}")
 

@@ -44,8 +44,11 @@ def enable_wal_timing(dsn: str) -> bool:
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             name = conn.info.dbname
-            conn.execute(pgsql.SQL("ALTER DATABASE {} SET track_wal_io_timing = on").format(
-                pgsql.Identifier(name)))
+            conn.execute(
+                pgsql.SQL("ALTER DATABASE {} SET track_wal_io_timing = on").format(
+                    pgsql.Identifier(name)
+                )
+            )
         return True
     except psycopg.Error:
         return False
@@ -64,8 +67,10 @@ class CpuUsage:
 
 def _wal(conn: psycopg.Connection[Any]) -> dict[str, float]:
     try:
-        cur = conn.execute("SELECT wal_records, wal_bytes, wal_write, wal_sync, wal_sync_time, "
-                           "wal_write_time FROM pg_stat_wal")
+        cur = conn.execute(
+            "SELECT wal_records, wal_bytes, wal_write, wal_sync, wal_sync_time, "
+            "wal_write_time FROM pg_stat_wal"
+        )
     except psycopg.Error:
         return {}
     row = cur.fetchone()
@@ -80,11 +85,19 @@ def _sample(pids: list[int]) -> dict[int, tuple[float, float]]:
 class CpuProbe:
     """Snapshot now; :meth:`finish` returns what was spent since."""
 
-    def __init__(self, conn: psycopg.Connection[Any], parent: int | None,
-                 workers: list[int], wal: bool = False) -> None:
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        parent: int | None,
+        workers: list[int],
+        wal: bool = False,
+    ) -> None:
         self.conn, self.wal = conn, wal
-        self.pids = {"parent": [parent] if parent else [], "workers": list(workers),
-                     "postgres": backend_pids(conn)}
+        self.pids = {
+            "parent": [parent] if parent else [],
+            "workers": list(workers),
+            "postgres": backend_pids(conn),
+        }
         self.before = {g: _sample(p) for g, p in self.pids.items()}
         self.wal_before = _wal(conn) if wal else {}
         self.started = time.perf_counter()
@@ -113,32 +126,54 @@ class CpuProbe:
             usage.wal = {k: after[k] - v for k, v in self.wal_before.items() if k in after}
 
 
-def record(ctx: Context, round_no: int, who: str, label: str, usage: CpuUsage,
-           jobs: int) -> None:
+def record(ctx: Context, round_no: int, who: str, label: str, usage: CpuUsage, jobs: int) -> None:
     """Add ms per 1,000 jobs of ``usage`` as figures ``cpu.<who>.<what>``."""
     per_k = 1000.0 / jobs
 
     def add(what: str, text: str, value: float, unit: str = "ms/1k jobs") -> None:
-        ctx.results.add(f"cpu.{who}.{what}", value, round_no=round_no, group=GROUP,
-                        label=f"{label}: {text}", unit=unit, higher_is_better=False)
+        ctx.results.add(
+            f"cpu.{who}.{what}",
+            value,
+            round_no=round_no,
+            group=GROUP,
+            label=f"{label}: {text}",
+            unit=unit,
+            higher_is_better=False,
+        )
 
-    names = {"parent": "supervisor (parent)", "workers": "workers, summed",
-             "postgres": "PostgreSQL backends of its database"}
+    names = {
+        "parent": "supervisor (parent)",
+        "workers": "workers, summed",
+        "postgres": "PostgreSQL backends of its database",
+    }
     for group, seconds in usage.cpu.items():
         add(f"{group}_cpu", f"{names[group]}, on CPU", seconds * 1000 * per_k)
     for group in ("workers", "postgres"):
         if group in usage.runq:
-            add(f"{group}_runq", f"{names[group]}, waiting for a CPU",
-                usage.runq[group] * 1000 * per_k)
+            add(
+                f"{group}_runq",
+                f"{names[group]}, waiting for a CPU",
+                usage.runq[group] * 1000 * per_k,
+            )
     if "workers" in usage.cpu:
         wall = usage.wall * usage.processes["workers"]
         blocked = wall - usage.cpu["workers"] - usage.runq["workers"]
         add("workers_wall", "workers, summed, wall time", wall * 1000 * per_k)
-        add("workers_blocked", "workers, summed, blocked (waiting on PostgreSQL)",
-            blocked * 1000 * per_k)
+        add(
+            "workers_blocked",
+            "workers, summed, blocked (waiting on PostgreSQL)",
+            blocked * 1000 * per_k,
+        )
     if usage.wal.get("wal_sync_time"):
-        add("wal_sync_time", "WAL fsync time at commit (this database's backends)",
-            usage.wal["wal_sync_time"] * per_k)
+        add(
+            "wal_sync_time",
+            "WAL fsync time at commit (this database's backends)",
+            usage.wal["wal_sync_time"] * per_k,
+        )
     if "wal_sync" in usage.wal:
-        add("wal_sync", "WAL fsyncs (cluster-wide count)", usage.wal["wal_sync"] * per_k,
-            unit="per 1k jobs")
+        add(
+            "wal_sync",
+            "WAL fsyncs (cluster-wide count)",
+            usage.wal["wal_sync"] * per_k,
+            unit="per 1k jobs",
+        )

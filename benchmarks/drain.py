@@ -66,19 +66,32 @@ class ConnectionSampler:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             mine = {conn.info.backend_pid, *self.exclude}
             while not self._stop.wait(0.02):
-                pids = {pid for (pid,) in conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND backend_type = 'client backend'")}
+                pids = {
+                    pid
+                    for (pid,) in conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND backend_type = 'client backend'"
+                    )
+                }
                 self.most = max(self.most, len(pids - mine))
 
 
-def brooq_drain(ctx: Context, dsn: str, workers: int, jobs: int, *, mixed: bool = False,
-                profile_to: str | None = None, wal: bool = False) -> Drained:
+def brooq_drain(
+    ctx: Context,
+    dsn: str,
+    workers: int,
+    jobs: int,
+    *,
+    mixed: bool = False,
+    profile_to: str | None = None,
+    wal: bool = False,
+) -> Drained:
     """Time a real supervisor draining ``jobs`` loaded after it is ready."""
     if wal:
         cpu.enable_wal_timing(dsn)
-    sup = SupervisorProcess(dsn, "benchmarks.apps:queue", workers, ctx.sizes.poll_interval,
-                            ctx.workdir).start()
+    sup = SupervisorProcess(
+        dsn, "benchmarks.apps:queue", workers, ctx.sizes.poll_interval, ctx.workdir
+    ).start()
     try:
         sup.wait_ready()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -107,12 +120,22 @@ def _brooq(ctx: Context, round_no: int, n: int) -> None:
     with ctx.server.fresh(f"drain{n}") as dsn:
         result = brooq_drain(ctx, dsn, n, jobs, wal=biggest)
     ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n}", result.deadlocks)
-    ctx.results.add(f"drain.brooq.N{n}", jobs / result.seconds, round_no=round_no, group=GROUP,
-                    label=f"brooq supervise --workers {n} ({jobs:,} jobs)", unit="jobs/s")
-    ctx.results.add(f"connections.brooq.N{n}", result.connections, round_no=round_no,
-                    group=CONNECTIONS_GROUP,
-                    label=f"brooq --workers {n}: PostgreSQL connections held while draining",
-                    unit="connections")
+    ctx.results.add(
+        f"drain.brooq.N{n}",
+        jobs / result.seconds,
+        round_no=round_no,
+        group=GROUP,
+        label=f"brooq supervise --workers {n} ({jobs:,} jobs)",
+        unit="jobs/s",
+    )
+    ctx.results.add(
+        f"connections.brooq.N{n}",
+        result.connections,
+        round_no=round_no,
+        group=CONNECTIONS_GROUP,
+        label=f"brooq --workers {n}: PostgreSQL connections held while draining",
+        unit="connections",
+    )
     if biggest:
         cpu.record(ctx, round_no, "brooq", f"brooq N={n}", result.cpu, jobs)
 
@@ -120,11 +143,23 @@ def _brooq(ctx: Context, round_no: int, n: int) -> None:
 def _raw(ctx: Context, round_no: int, p: int, mode: str) -> None:
     jobs = ctx.sizes.drain_jobs
     with ctx.server.fresh(f"raw{mode}{p}") as dsn:
-        result = raw.drain(dsn, mode, p, jobs, ctx.sizes.batch_claim,
-                           wal=mode in CPU_MODES and p == ctx.sizes.max_workers)
+        result = raw.drain(
+            dsn,
+            mode,
+            p,
+            jobs,
+            ctx.sizes.batch_claim,
+            wal=mode in CPU_MODES and p == ctx.sizes.max_workers,
+        )
     ctx.results.count_deadlocks(f"round {round_no + 1} raw {mode} P={p}", result.deadlocks)
-    ctx.results.add(f"drain.raw_{mode}.P{p}", jobs / result.seconds, round_no=round_no,
-                    group=GROUP, label=f"raw P={p}: {raw.MODES[mode]}", unit="jobs/s")
+    ctx.results.add(
+        f"drain.raw_{mode}.P{p}",
+        jobs / result.seconds,
+        round_no=round_no,
+        group=GROUP,
+        label=f"raw P={p}: {raw.MODES[mode]}",
+        unit="jobs/s",
+    )
     if mode in CPU_MODES and p == ctx.sizes.max_workers:
         cpu.record(ctx, round_no, f"raw_{mode}", CPU_MODES[mode].format(p=p), result.cpu, jobs)
 
@@ -134,15 +169,21 @@ def _priorities(ctx: Context, round_no: int, n: int) -> None:
     with ctx.server.fresh(f"prio{n}") as dsn:
         result = brooq_drain(ctx, dsn, n, jobs, mixed=True)
     ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n} mixed", result.deadlocks)
-    ctx.results.add(f"priority.mixed.N{n}", jobs / result.seconds, round_no=round_no,
-                    group=PRIORITY_GROUP,
-                    label=f"brooq --workers {n}, priorities 0..9 mixed", unit="jobs/s")
+    ctx.results.add(
+        f"priority.mixed.N{n}",
+        jobs / result.seconds,
+        round_no=round_no,
+        group=PRIORITY_GROUP,
+        label=f"brooq --workers {n}, priorities 0..9 mixed",
+        unit="jobs/s",
+    )
 
 
 def run_round(ctx: Context, round_no: int) -> None:
     """One round: for each N, brooq and the raw variants adjacent, order rotated per round."""
-    want_brooq = (ctx.wants("drain") or ctx.wants("cpu") or ctx.wants("priorities")
-                  or bool(ctx.peers))
+    want_brooq = (
+        ctx.wants("drain") or ctx.wants("cpu") or ctx.wants("priorities") or bool(ctx.peers)
+    )
     want_raw = ctx.wants("raw") or ctx.wants("cpu")
     full = ctx.wants("drain") or ctx.wants("raw")
     counts = ctx.sizes.drain_workers if full else (ctx.sizes.max_workers,)
@@ -154,8 +195,10 @@ def run_round(ctx: Context, round_no: int) -> None:
         if want_raw:
             steps += [(f"drain.raw_{m}.P{n}", partial(_raw, ctx, round_no, n, m)) for m in modes]
         if n == ctx.sizes.max_workers:
-            steps += [(f"peer.{name}.N{n}", partial(peers.run_peer, ctx, round_no, name, n))
-                      for name in ctx.peers]
+            steps += [
+                (f"peer.{name}.N{n}", partial(peers.run_peer, ctx, round_no, name, n))
+                for name in ctx.peers
+            ]
         if ctx.wants("priorities") and n == ctx.sizes.max_workers:
             steps.append((f"priority.mixed.N{n}", partial(_priorities, ctx, round_no, n)))
         shift = round_no % len(steps) if steps else 0
@@ -172,6 +215,7 @@ def profile_run(ctx: Context) -> None:
             result = brooq_drain(ctx, dsn, n, jobs, profile_to="drain")
         ctx.results.notes["profiled drain"] = (
             f"{jobs / result.seconds:,.0f} jobs/s at N={n} while profiled (py-spy running; "
-            "not part of the figures)")
+            "not part of the figures)"
+        )
 
     ctx.guarded("profile run", one)

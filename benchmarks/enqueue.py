@@ -58,8 +58,10 @@ def raw_single(dsn: str, jobs: int) -> float:
         conn.execute("SELECT 1")
         started = time.perf_counter()
         for i in range(jobs):
-            conn.execute("INSERT INTO job (topic, payload) VALUES (%s, %s::jsonb)",
-                         (TOPIC, json.dumps(_payload(i))))
+            conn.execute(
+                "INSERT INTO job (topic, payload) VALUES (%s, %s::jsonb)",
+                (TOPIC, json.dumps(_payload(i))),
+            )
         return time.perf_counter() - started
 
 
@@ -72,8 +74,12 @@ def brooq_bulk(dsn: str, jobs: int, batch: int) -> float:
         warm(queue)
         started = time.perf_counter()
         for first in range(0, jobs, batch):
-            queue.enqueue_many([brooq.Job(topic=TOPIC, payload=_payload(i))
-                                for i in range(first, min(jobs, first + batch))])
+            queue.enqueue_many(
+                [
+                    brooq.Job(topic=TOPIC, payload=_payload(i))
+                    for i in range(first, min(jobs, first + batch))
+                ]
+            )
         return time.perf_counter() - started
     finally:
         queue.close()
@@ -88,12 +94,16 @@ def raw_bulk(dsn: str, jobs: int, batch: int, how: str) -> float:
             payloads = [json.dumps(_payload(i)) for i in range(first, min(jobs, first + batch))]
             with conn.transaction():
                 if how == "raw_unnest":
-                    conn.execute("INSERT INTO job (topic, payload) "
-                                 "SELECT %s, p FROM unnest(%s::jsonb[]) AS p", (TOPIC, payloads))
+                    conn.execute(
+                        "INSERT INTO job (topic, payload) "
+                        "SELECT %s, p FROM unnest(%s::jsonb[]) AS p",
+                        (TOPIC, payloads),
+                    )
                 elif how == "raw_executemany":
                     conn.cursor().executemany(
                         "INSERT INTO job (topic, payload) VALUES (%s, %s::jsonb)",
-                        [(TOPIC, p) for p in payloads])
+                        [(TOPIC, p) for p in payloads],
+                    )
                 else:
                     with conn.cursor().copy("COPY job (topic, payload) FROM STDIN") as copy:
                         for p in payloads:
@@ -112,12 +122,21 @@ def run_single(ctx: Context, round_no: int) -> None:
     """One round of one-by-one enqueue: brooq (NOTIFY on, off) and raw, order rotated."""
     n = ctx.sizes.enqueue_single
     variants: list[tuple[str, str, Any]] = [
-        ("enqueue.brooq", f"brooq Queue.enqueue, NOTIFY on ({n:,} jobs)",
-         lambda dsn: brooq_single(dsn, n, True)),
-        ("enqueue.brooq_nonotify", f"brooq Queue.enqueue, NOTIFY off ({n:,} jobs)",
-         lambda dsn: brooq_single(dsn, n, False)),
-        ("enqueue.raw", f"raw floor: psycopg INSERT per job, autocommit ({n:,})",
-         lambda dsn: raw_single(dsn, n)),
+        (
+            "enqueue.brooq",
+            f"brooq Queue.enqueue, NOTIFY on ({n:,} jobs)",
+            lambda dsn: brooq_single(dsn, n, True),
+        ),
+        (
+            "enqueue.brooq_nonotify",
+            f"brooq Queue.enqueue, NOTIFY off ({n:,} jobs)",
+            lambda dsn: brooq_single(dsn, n, False),
+        ),
+        (
+            "enqueue.raw",
+            f"raw floor: psycopg INSERT per job, autocommit ({n:,})",
+            lambda dsn: raw_single(dsn, n),
+        ),
     ]
     _run_variants(ctx, round_no, GROUP_SINGLE, variants, n)
 
@@ -126,30 +145,41 @@ def run_bulk(ctx: Context, round_no: int) -> None:
     """One round of bulk enqueue: brooq enqueue_many and three plain-psycopg ways."""
     n, b = ctx.sizes.enqueue_bulk, ctx.sizes.bulk_batch
     variants: list[tuple[str, str, Any]] = [
-        ("bulk.brooq", f"brooq Queue.enqueue_many, {b:,}/call ({n:,} jobs)",
-         lambda dsn: brooq_bulk(dsn, n, b)),
+        (
+            "bulk.brooq",
+            f"brooq Queue.enqueue_many, {b:,}/call ({n:,} jobs)",
+            lambda dsn: brooq_bulk(dsn, n, b),
+        ),
     ]
     for how in RAW_BULK:
-        variants.append((f"bulk.{how}", f"raw: {RAW_BULK_LABELS[how]}, {b:,}/tx",
-                         lambda dsn, how=how: raw_bulk(dsn, n, b, how)))
+        variants.append(
+            (
+                f"bulk.{how}",
+                f"raw: {RAW_BULK_LABELS[how]}, {b:,}/tx",
+                lambda dsn, how=how: raw_bulk(dsn, n, b, how),
+            )
+        )
     _run_variants(ctx, round_no, GROUP_BULK, variants, n)
 
 
-def _run_variants(ctx: Context, round_no: int, group: str,
-                  variants: list[tuple[str, str, Any]], jobs: int) -> None:
+def _run_variants(
+    ctx: Context, round_no: int, group: str, variants: list[tuple[str, str, Any]], jobs: int
+) -> None:
     shift = round_no % len(variants)
     for key, label, fn in variants[shift:] + variants[:shift]:
+
         def one(key: str = key, label: str = label, fn: Any = fn) -> None:
             with ctx.server.fresh(key.replace(".", "_")) as dsn:
                 seconds = fn(dsn)
                 _check(dsn, jobs)
-            ctx.results.add(key, jobs / seconds, round_no=round_no, group=group, label=label,
-                            unit="jobs/s")
+            ctx.results.add(
+                key, jobs / seconds, round_no=round_no, group=group, label=label, unit="jobs/s"
+            )
+
         ctx.guarded(f"round {round_no + 1} {key}", one)
 
 
 def best_raw_bulk(results: Results) -> str | None:
     """The fastest plain-psycopg bulk way by median (the reference of the bulk ratio)."""
-    medians = {k: m for how in RAW_BULK
-               if (m := results.median(k := f"bulk.{how}")) is not None}
+    medians = {k: m for how in RAW_BULK if (m := results.median(k := f"bulk.{how}")) is not None}
     return max(medians, key=lambda k: medians[k]) if medians else None

@@ -77,9 +77,18 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(
-    enqueue_single=200, enqueue_bulk=2_000, bulk_batch=500, drain_jobs=400,
-    drain_workers=(2,), latency_jobs=20, claim_rows=5_000, claim_baseline_rows=1_000,
-    claims=200, retention_rows=5_000, retention_claim_rows=2_000, retention_baseline_s=0.5,
+    enqueue_single=200,
+    enqueue_bulk=2_000,
+    bulk_batch=500,
+    drain_jobs=400,
+    drain_workers=(2,),
+    latency_jobs=20,
+    claim_rows=5_000,
+    claim_baseline_rows=1_000,
+    claims=200,
+    retention_rows=5_000,
+    retention_claim_rows=2_000,
+    retention_baseline_s=0.5,
 )
 
 
@@ -110,12 +119,15 @@ class Figure:
     def summary(self) -> dict[str, Any]:
         """Median, min, max and the per-round values, for the JSON file."""
         return {
-            "group": self.group, "label": self.label, "unit": self.unit,
+            "group": self.group,
+            "label": self.label,
+            "unit": self.unit,
             "higher_is_better": self.higher_is_better,
             "median": round(statistics.median(self.values), 4) if self.values else None,
             "min": round(min(self.values), 4) if self.values else None,
             "max": round(max(self.values), 4) if self.values else None,
-            "values": [round(v, 4) for v in self.values], "rounds": self.rounds,
+            "values": [round(v, 4) for v in self.values],
+            "rounds": self.rounds,
         }
 
 
@@ -136,8 +148,17 @@ class Results:
         self.notes: dict[str, Any] = {}
         self.errors: list[str] = []
 
-    def add(self, key: str, value: float, *, round_no: int, group: str, label: str, unit: str,
-            higher_is_better: bool = True) -> None:
+    def add(
+        self,
+        key: str,
+        value: float,
+        *,
+        round_no: int,
+        group: str,
+        label: str,
+        unit: str,
+        higher_is_better: bool = True,
+    ) -> None:
         """Record ``value`` for ``key`` in round ``round_no``."""
         fig = self.figures.setdefault(key, Figure(key, group, label, unit, higher_is_better))
         fig.values.append(float(value))
@@ -171,10 +192,15 @@ class Results:
                 per_round.append(v / d)
         if not per_round:
             return None
-        return {"label": ratio.label, "numerator": ratio.numerator, "denominator": den,
-                "median": round(statistics.median(per_round), 4),
-                "min": round(min(per_round), 4), "max": round(max(per_round), 4),
-                "values": [round(x, 4) for x in per_round]}
+        return {
+            "label": ratio.label,
+            "numerator": ratio.numerator,
+            "denominator": den,
+            "median": round(statistics.median(per_round), 4),
+            "min": round(min(per_round), 4),
+            "max": round(max(per_round), 4),
+            "values": [round(x, 4) for x in per_round],
+        }
 
     def count_deadlocks(self, where: str, deadlocks: int) -> None:
         """Note deadlocks (SQLSTATE 40P01) a drain ran into; they are not errors of the run."""
@@ -182,7 +208,8 @@ class Results:
         self.notes["deadlocks"][where] = deadlocks
         seen = {k: v for k, v in self.notes["deadlocks"].items() if v}
         self.notes["deadlocks seen"] = (
-            "; ".join(f"{k}: {v}" for k, v in seen.items()) if seen else "none")
+            "; ".join(f"{k}: {v}" for k, v in seen.items()) if seen else "none"
+        )
 
     def error(self, where: str, exc: BaseException) -> None:
         """Record a benchmark that failed; the run goes on and exits 1 at the end."""
@@ -211,10 +238,7 @@ def server_url() -> str:
     done = subprocess.run([pg_sh, "up"], capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"scripts/pg.sh up failed:\n{done.stderr}")
-    return subprocess.run([pg_sh, "url"], capture_output=True, text=True,
-                          check=True).stdout.strip()
-
-
+    return subprocess.run([pg_sh, "url"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 class Server:
@@ -229,8 +253,9 @@ class Server:
         self._drop_stale()
 
     def _drop_stale(self) -> None:
-        rows = self.admin.execute("SELECT datname FROM pg_database WHERE datname LIKE %s",
-                                  (f"{DB_PREFIX}\\_%",)).fetchall()
+        rows = self.admin.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s", (f"{DB_PREFIX}\\_%",)
+        ).fetchall()
         for (name,) in rows:
             pid = name.split("_")[1]
             if pid.isdigit() and not pid_alive(int(pid)):
@@ -238,8 +263,9 @@ class Server:
 
     def drop(self, name: str) -> None:
         """DROP DATABASE … WITH (FORCE)."""
-        self.admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            pgsql.Identifier(name)))
+        self.admin.execute(
+            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+        )
 
     def ensure_template(self) -> None:
         """Create and migrate the template database once (``brooq migrate up``'s code)."""
@@ -248,8 +274,7 @@ class Server:
         from brooq.postgres import migrations
 
         self.drop(self.template)
-        self.admin.execute(pgsql.SQL("CREATE DATABASE {}").format(
-            pgsql.Identifier(self.template)))
+        self.admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(self.template)))
         migrations.up(with_db(self.url, self.template))
         self._template_ready = True
 
@@ -258,8 +283,11 @@ class Server:
         """A new migrated database for one measurement; dropped afterwards."""
         self.ensure_template()
         name = f"{DB_PREFIX}_{os.getpid()}_{next(self._counter)}_{label}"[:63]
-        self.admin.execute(pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            pgsql.Identifier(name), pgsql.Identifier(self.template)))
+        self.admin.execute(
+            pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                pgsql.Identifier(name), pgsql.Identifier(self.template)
+            )
+        )
         try:
             yield with_db(self.url, name)
         finally:
@@ -278,11 +306,24 @@ class Server:
     def settings(self) -> dict[str, str]:
         """The server settings that shape the figures."""
         out = {"version": str(self.admin.execute("SELECT version()").fetchone()[0])}  # type: ignore[index]
-        for name in ("server_version", "fsync", "synchronous_commit", "shared_buffers",
-                     "wal_level", "full_page_writes", "max_connections", "max_wal_size",
-                     "checkpoint_timeout", "wal_buffers", "commit_delay"):
-            out[name] = str(self.admin.execute(pgsql.SQL("SHOW {}").format(
-                pgsql.Identifier(name))).fetchone()[0])  # type: ignore[index]
+        for name in (
+            "server_version",
+            "fsync",
+            "synchronous_commit",
+            "shared_buffers",
+            "wal_level",
+            "full_page_writes",
+            "max_connections",
+            "max_wal_size",
+            "checkpoint_timeout",
+            "wal_buffers",
+            "commit_delay",
+        ):
+            out[name] = str(
+                self.admin.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()[
+                    0
+                ]
+            )  # type: ignore[index]
         return out
 
     def close(self) -> None:
@@ -301,7 +342,7 @@ def proc_stat(pid: int) -> list[str] | None:
         data = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return data[data.rindex(")") + 2:].split()
+    return data[data.rindex(")") + 2 :].split()
 
 
 def children_of(ppid: int) -> list[int]:
@@ -317,8 +358,10 @@ def children_of(ppid: int) -> list[int]:
 
 def backend_pids(conn: psycopg.Connection[Any]) -> list[int]:
     """PostgreSQL backends of this database other than ``conn``'s, if the server is local."""
-    rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND pid <> pg_backend_pid()").fetchall()
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid()"
+    ).fetchall()
     return [int(pid) for (pid,) in rows if Path(f"/proc/{pid}").exists()]
 
 
@@ -336,8 +379,11 @@ def machine() -> dict[str, Any]:
             if line.startswith("MemTotal:"):
                 mem_kib = int(line.split()[1])
     return {
-        "cpu_model": model, "cores": os.cpu_count(), "ram_gib": round(mem_kib / 1024 ** 2, 1),
-        "kernel": platform.release(), "python": platform.python_version(),
+        "cpu_model": model,
+        "cores": os.cpu_count(),
+        "ram_gib": round(mem_kib / 1024**2, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
         "loadavg_start": [round(x, 2) for x in os.getloadavg()],
     }
 
@@ -345,10 +391,20 @@ def machine() -> dict[str, Any]:
 def git_revision() -> str:
     """The commit the tree is at, with ``+dirty`` when it has changes."""
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=ROOT, capture_output=True, text=True, timeout=10).stdout
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + ("+dirty" if dirty.strip() else "")
@@ -364,9 +420,15 @@ def count(conn: psycopg.Connection[Any], where: str) -> int:
     return int(row[0])
 
 
-def wait_done(conn: psycopg.Connection[Any], expected: int, started: float, *,
-              alive: Callable[[], bool] = lambda: True, stall_s: float = 60.0,
-              interval: float = 0.05) -> float:
+def wait_done(
+    conn: psycopg.Connection[Any],
+    expected: int,
+    started: float,
+    *,
+    alive: Callable[[], bool] = lambda: True,
+    stall_s: float = 60.0,
+    interval: float = 0.05,
+) -> float:
     """Poll ``count(*) … WHERE state = 'done'`` every 50 ms until ``expected``; elapsed seconds.
 
     Raises when no row completes for ``stall_s`` or ``alive()`` turns false.
@@ -389,8 +451,9 @@ def wait_done(conn: psycopg.Connection[Any], expected: int, started: float, *,
         time.sleep(interval)
 
 
-def load_ready_jobs(conn: psycopg.Connection[Any], jobs: int, *, mixed_priorities: bool = False,
-                    notify: bool = True) -> None:
+def load_ready_jobs(
+    conn: psycopg.Connection[Any], jobs: int, *, mixed_priorities: bool = False, notify: bool = True
+) -> None:
     """Insert ``jobs`` ready no-op jobs in one statement (and NOTIFY), in one transaction."""
     with conn.transaction():
         conn.execute(
@@ -398,7 +461,8 @@ def load_ready_jobs(conn: psycopg.Connection[Any], jobs: int, *, mixed_prioritie
             "SELECT %(topic)s, jsonb_build_object('i', i), "
             "       CASE WHEN %(mixed)s THEN i %% 10 ELSE 0 END "
             "FROM generate_series(1, %(n)s) AS i",
-            {"topic": TOPIC, "mixed": mixed_priorities, "n": jobs})
+            {"topic": TOPIC, "mixed": mixed_priorities, "n": jobs},
+        )
         if notify:
             conn.execute("SELECT pg_notify('brooq_job', %s)", (TOPIC,))
 
@@ -409,31 +473,67 @@ def load_ready_jobs(conn: psycopg.Connection[Any], jobs: int, *, mixed_prioritie
 class SupervisorProcess:
     """One real ``brooq supervise`` process in its own session, logging JSON to a file."""
 
-    def __init__(self, dsn: str, app: str, workers: int, poll_interval: str, workdir: Path,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        app: str,
+        workers: int,
+        poll_interval: str,
+        workdir: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.dsn, self.app, self.workers = dsn, app, workers
         self.poll_interval, self.workdir = poll_interval, workdir
         self.extra_env = dict(env or {})
-        self.log_path = workdir / f"supervise-{app.replace(':', '-')}-{os.getpid()}-" \
-                                  f"{time.monotonic_ns()}.log"
+        self.log_path = (
+            workdir / f"supervise-{app.replace(':', '-')}-{os.getpid()}-{time.monotonic_ns()}.log"
+        )
         self.proc: subprocess.Popen[bytes] | None = None
 
     def command(self) -> list[str]:
         """``brooq supervise`` (as ``python -m brooq.cli`` of this interpreter)."""
-        return [sys.executable, "-m", "brooq.cli", "supervise", "--app", self.app,
-                "--workers", str(self.workers), "--http-addr", "127.0.0.1:0",
-                "--poll-interval", self.poll_interval]
+        return [
+            sys.executable,
+            "-m",
+            "brooq.cli",
+            "supervise",
+            "--app",
+            self.app,
+            "--workers",
+            str(self.workers),
+            "--http-addr",
+            "127.0.0.1:0",
+            "--poll-interval",
+            self.poll_interval,
+        ]
 
     def start(self) -> SupervisorProcess:
         """Start it; stdout and stderr go to the log file."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
-        env.update({"DATABASE_URL": self.dsn, "PYTHONPATH": str(ROOT), "LOG_FORMAT": "json",
-                    "LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1", **self.extra_env})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
+        }
+        env.update(
+            {
+                "DATABASE_URL": self.dsn,
+                "PYTHONPATH": str(ROOT),
+                "LOG_FORMAT": "json",
+                "LOG_LEVEL": "info",
+                "PYTHONUNBUFFERED": "1",
+                **self.extra_env,
+            }
+        )
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=self.workdir, env=env,
-                                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+            )
         return self
 
     @property
@@ -537,14 +637,20 @@ def new_workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="brooq-bench-"))
 
 
-def write_results(results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]],
-                  directory: Path) -> Path:
+def write_results(
+    results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]], directory: Path
+) -> Path:
     """Write ``<directory>/<UTC timestamp>.json`` atomically; its path."""
     directory.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = directory / f"{stamp}.json"
-    doc = {**meta, "figures": {k: f.summary() for k, f in results.figures.items()},
-           "ratios": ratios, "notes": results.notes, "errors": results.errors}
+    doc = {
+        **meta,
+        "figures": {k: f.summary() for k, f in results.figures.items()},
+        "ratios": ratios,
+        "notes": results.notes,
+        "errors": results.errors,
+    }
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     tmp.replace(path)
@@ -566,8 +672,9 @@ def fmt(value: float | None) -> str:
     return f"{value:.3f}"
 
 
-def render(results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]],
-           group_order: Sequence[str]) -> str:
+def render(
+    results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]], group_order: Sequence[str]
+) -> str:
     """The report: machine, server, every figure (median, min–max), the ratios, errors."""
     m, pg = meta["machine"], meta["postgres"]
     out = [
@@ -584,8 +691,9 @@ def render(results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]],
     ]
     width = max([len(f.label) for f in results.figures.values()] + [40])
     head = f"{'figure':<{width}}  {'median':>10}  {'min – max':>21}  unit"
-    groups = list(group_order) + sorted({f.group for f in results.figures.values()}
-                                        - set(group_order))
+    groups = list(group_order) + sorted(
+        {f.group for f in results.figures.values()} - set(group_order)
+    )
     out.append(head)
     out.append("-" * len(head))
     for group in groups:
@@ -596,14 +704,14 @@ def render(results: Results, meta: dict[str, Any], ratios: list[dict[str, Any]],
         for f in figs:
             s = f.summary()
             spread = f"{fmt(s['min'])} – {fmt(s['max'])}"
-            out.append(f"  {f.label:<{width - 2}}  {fmt(s['median']):>10}  {spread:>21}  "
-                       f"{f.unit}")
+            out.append(f"  {f.label:<{width - 2}}  {fmt(s['median']):>10}  {spread:>21}  {f.unit}")
     if ratios:
         out += ["", "ratios (per-round ratio of the interleaved pair; median, min–max)"]
         rw = max(len(r["label"]) for r in ratios)
         for r in ratios:
-            out.append(f"  {r['label']:<{rw}}  {r['median']:>6.2f}   "
-                       f"({r['min']:.2f} – {r['max']:.2f})")
+            out.append(
+                f"  {r['label']:<{rw}}  {r['median']:>6.2f}   ({r['min']:.2f} – {r['max']:.2f})"
+            )
     for key, note in results.notes.items():
         if isinstance(note, str):
             out += ["", f"{key}: {note}"]

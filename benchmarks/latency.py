@@ -36,9 +36,14 @@ def measure(ctx: Context, dsn: str, notify: bool) -> list[float]:
     sizes = ctx.sizes
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(LATENCY_TABLE)
-    sup = SupervisorProcess(dsn, "benchmarks.apps:latency", sizes.latency_workers,
-                            sizes.latency_poll_interval, ctx.workdir,
-                            env={"QUEUE_NOTIFY": "true" if notify else "false"}).start()
+    sup = SupervisorProcess(
+        dsn,
+        "benchmarks.apps:latency",
+        sizes.latency_workers,
+        sizes.latency_poll_interval,
+        ctx.workdir,
+        env={"QUEUE_NOTIFY": "true" if notify else "false"},
+    ).start()
     queue = brooq.Queue(dsn, notify=notify)
     try:
         sup.wait_ready()
@@ -79,9 +84,14 @@ def run_round(ctx: Context, round_no: int) -> None:
             on = "on" if notify else "off"
             poll = ctx.sizes.latency_poll_interval
             for pct in (50, 99):
-                ctx.results.add(f"latency.{name}.p{pct}", percentile(ms, pct),
-                                round_no=round_no, group=GROUP,
-                                label=f"NOTIFY {on}, poll {poll}: p{pct}", unit="ms",
-                                higher_is_better=False)
+                ctx.results.add(
+                    f"latency.{name}.p{pct}",
+                    percentile(ms, pct),
+                    round_no=round_no,
+                    group=GROUP,
+                    label=f"NOTIFY {on}, poll {poll}: p{pct}",
+                    unit="ms",
+                    higher_is_better=False,
+                )
 
         ctx.guarded(f"round {round_no + 1} latency.{name}", one)

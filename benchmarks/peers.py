@@ -45,19 +45,30 @@ def _install(name: str) -> str:
     venv = PEERS_DIR / name
     py = python_of(name)
     if not py.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True,
-                       capture_output=True, text=True, timeout=300)
+        subprocess.run(
+            [sys.executable, "-m", "venv", str(venv)],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     probe = [str(py), "-c", f"import importlib.metadata as m; print(m.version({name!r}))"]
     done = subprocess.run(probe, capture_output=True, text=True, timeout=60)
     if done.returncode == 0:
         return done.stdout.strip()
-    pip = subprocess.run([str(py), "-m", "pip", "install", "-q", *PEERS[name]],
-                         capture_output=True, text=True, timeout=900)
+    pip = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", *PEERS[name]],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if pip.returncode != 0:
-        raise RuntimeError(f"pip install {' '.join(PEERS[name])} failed:\n"
-                           f"{(pip.stderr or pip.stdout)[-2000:]}")
-    return subprocess.run(probe, capture_output=True, text=True, timeout=60,
-                          check=True).stdout.strip()
+        raise RuntimeError(
+            f"pip install {' '.join(PEERS[name])} failed:\n{(pip.stderr or pip.stdout)[-2000:]}"
+        )
+    return subprocess.run(
+        probe, capture_output=True, text=True, timeout=60, check=True
+    ).stdout.strip()
 
 
 def prepare(ctx: Context) -> None:
@@ -73,7 +84,8 @@ def prepare(ctx: Context) -> None:
             ctx.peers.remove(name)
             continue
         ctx.results.notes[f"peer {name}"] = (
-            f"{name} {version}, asyncpg driver, batch size 10, one process per worker")
+            f"{name} {version}, asyncpg driver, batch size 10, one process per worker"
+        )
 
 
 def as_url(dsn: str) -> str:
@@ -85,8 +97,12 @@ def as_url(dsn: str) -> str:
     host, port = params.pop("host", "localhost"), params.pop("port", None)
     dbname = quote(str(params.pop("dbname", "")), safe="")
     query = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in params.items())
-    return (f"postgresql://{auth}{host}" + (f":{port}" if port else "") + f"/{dbname}"
-            + (f"?{query}" if query else ""))
+    return (
+        f"postgresql://{auth}{host}"
+        + (f":{port}" if port else "")
+        + f"/{dbname}"
+        + (f"?{query}" if query else "")
+    )
 
 
 def _run(py: Path, *args: str, timeout: float = 120) -> str:
@@ -106,9 +122,15 @@ def pgqueuer_drain(ctx: Context, dsn: str, workers: int, jobs: int, batch: int) 
         for i in range(workers):
             log = open(ctx.workdir / f"pgqueuer-{os.getpid()}-{i}.log", "w")  # noqa: SIM115
             logs.append(log)
-            procs.append(subprocess.Popen([str(py), script, "work", url, str(batch)],
-                                          stdout=subprocess.PIPE, stderr=log, text=True,
-                                          start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [str(py), script, "work", url, str(batch)],
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    start_new_session=True,
+                )
+            )
         for proc in procs:
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != "ready":
@@ -151,6 +173,11 @@ def run_peer(ctx: Context, round_no: int, name: str, workers: int) -> None:
     jobs = ctx.sizes.drain_jobs
     with ctx.server.empty(f"peer_{name}") as dsn:
         seconds = pgqueuer_drain(ctx, dsn, workers, jobs, ctx.sizes.peer_batch)
-    ctx.results.add(f"peer.{name}.N{workers}", jobs / seconds, round_no=round_no, group=GROUP,
-                    label=f"{name}: {workers} processes, asyncpg, batch {ctx.sizes.peer_batch}",
-                    unit="jobs/s")
+    ctx.results.add(
+        f"peer.{name}.N{workers}",
+        jobs / seconds,
+        round_no=round_no,
+        group=GROUP,
+        label=f"{name}: {workers} processes, asyncpg, batch {ctx.sizes.peer_batch}",
+        unit="jobs/s",
+    )

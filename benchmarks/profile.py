@@ -33,12 +33,18 @@ ROLES = {
 
 # (category, test on the frames of one sample, leaf first); the first that matches wins.
 CATEGORIES: list[tuple[str, Any]] = [
-    ("idle: waiting for work (LISTEN / select)",
-     lambda fr: any("wait_for_jobs" in f or f.startswith("Supervisor.wait ") for f in fr)),
-    ("psycopg Connection.wait: blocked on the socket until PostgreSQL answers",
-     lambda fr: "psycopg" in fr[0] and fr[0].split(" ")[0].split(".")[-1].startswith("wait")),
-    ("libpq send of the statement (it wakes the backend, which often takes the CPU here)",
-     lambda fr: "psycopg" in fr[0] and "_send_query" in fr[0]),
+    (
+        "idle: waiting for work (LISTEN / select)",
+        lambda fr: any("wait_for_jobs" in f or f.startswith("Supervisor.wait ") for f in fr),
+    ),
+    (
+        "psycopg Connection.wait: blocked on the socket until PostgreSQL answers",
+        lambda fr: "psycopg" in fr[0] and fr[0].split(" ")[0].split(".")[-1].startswith("wait"),
+    ),
+    (
+        "libpq send of the statement (it wakes the backend, which often takes the CPU here)",
+        lambda fr: "psycopg" in fr[0] and "_send_query" in fr[0],
+    ),
     ("logging (JSON log lines)", lambda fr: any("logging/" in f for f in fr)),
     ("prometheus_client metrics", lambda fr: any("prometheus_client" in f for f in fr)),
     ("process title (setproctitle)", lambda fr: any("osproc.py" in f for f in fr)),
@@ -96,10 +102,16 @@ class Spy:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        report: dict[str, Any] = {"drain_seconds": round(seconds, 3), "jobs": jobs,
-                                  "workers": self.workers, "rate_hz": RATE_HZ}
-        lines = [f"profile of the {self.workers}-worker drain ({jobs:,} jobs in {seconds:.1f}s; "
-                 f"py-spy at {RATE_HZ} Hz, ms per job from sample counts):"]
+        report: dict[str, Any] = {
+            "drain_seconds": round(seconds, 3),
+            "jobs": jobs,
+            "workers": self.workers,
+            "rate_hz": RATE_HZ,
+        }
+        lines = [
+            f"profile of the {self.workers}-worker drain ({jobs:,} jobs in {seconds:.1f}s; "
+            f"py-spy at {RATE_HZ} Hz, ms per job from sample counts):"
+        ]
         for role in self.procs:
             path = self.directory / f"{self.name}-{role}.txt"
             if not path.exists():
@@ -111,10 +123,15 @@ class Spy:
             jobs_seen = jobs / self.workers if role.startswith("child") else jobs
             ms_per_sample = 1000 / RATE_HZ / jobs_seen
             shares = {k: round(100 * v / total, 1) for k, v in counts.most_common()}
-            report[role] = {"samples": total, "share_pct": shares,
-                            "ms_per_job": round(total * ms_per_sample, 4)}
-            lines.append(f"  {role}: {ROLES[role]} ({total} samples, "
-                         f"{total * ms_per_sample:.3f} ms per job):")
+            report[role] = {
+                "samples": total,
+                "share_pct": shares,
+                "ms_per_job": round(total * ms_per_sample, 4),
+            }
+            lines.append(
+                f"  {role}: {ROLES[role]} ({total} samples, "
+                f"{total * ms_per_sample:.3f} ms per job):"
+            )
             for k, n in counts.most_common():
                 lines.append(f"    {100 * n / total:5.1f}%  {n * ms_per_sample:7.3f} ms  {k}")
         ctx.results.notes["profile"] = report
@@ -130,13 +147,27 @@ def start(ctx: Context, name: str, parent: int, children: list[int]) -> Spy | No
         return None
     ctx.profile_dir.mkdir(parents=True, exist_ok=True)
     spy = Spy(name, ctx.profile_dir, len(children), time.perf_counter())
-    for role, pid in (("parent", parent), ("child", children[0]),
-                      ("child-active", children[0])):
+    for role, pid in (("parent", parent), ("child", children[0]), ("child-active", children[0])):
         out = ctx.profile_dir / f"{name}-{role}.txt"
         idle = [] if role == "child-active" else ["--idle"]
         with open(out.with_suffix(".log"), "wb") as log:
             spy.procs[role] = subprocess.Popen(
-                [exe, "record", "--pid", str(pid), "--format", "raw", *idle, "--nonblocking",
-                 "--rate", str(RATE_HZ), "-o", str(out)],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL)
+                [
+                    exe,
+                    "record",
+                    "--pid",
+                    str(pid),
+                    "--format",
+                    "raw",
+                    *idle,
+                    "--nonblocking",
+                    "--rate",
+                    str(RATE_HZ),
+                    "-o",
+                    str(out),
+                ],
+                stdout=log,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+            )
     return spy

@@ -145,12 +145,17 @@ def _loop_batch(db: Runner, params: dict[str, Any], size: int) -> None:
         rows = db.run(CLAIM_MANY, {**params, "limit": size}).fetchall()
         if not rows:
             return
-        db.run(SETTLE_MANY, {"ids": [r[0] for r in rows], "attempts": [r[3] for r in rows],
-                             "holder": params["holder"]})
+        db.run(
+            SETTLE_MANY,
+            {
+                "ids": [r[0] for r in rows],
+                "attempts": [r[3] for r in rows],
+                "holder": params["holder"],
+            },
+        )
 
 
-def worker(dsn: str, mode: str, batch: int, ready: Any, go: Any, stop: Any,
-           finished: Any) -> None:
+def worker(dsn: str, mode: str, batch: int, ready: Any, go: Any, stop: Any, finished: Any) -> None:
     """One raw worker process: connect, report ready, wait for go, drain, wait for stop.
 
     It stays (with its connection) until ``stop`` so that its CPU time, and its
@@ -181,16 +186,18 @@ class RawDrain:
     deadlocks: int
 
 
-def drain(dsn: str, mode: str, processes: int, jobs: int, batch: int = 10,
-          wal: bool = False) -> RawDrain:
+def drain(
+    dsn: str, mode: str, processes: int, jobs: int, batch: int = 10, wal: bool = False
+) -> RawDrain:
     """Start ``processes`` workers, load ``jobs`` rows, time from go until all are done."""
     if wal:
         enable_wal_timing(dsn)
     ctx = mp.get_context("spawn")
     ready, go, stop, finished = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(dsn, mode, batch, ready, go, stop, finished),
-                         daemon=True)
-             for _ in range(processes)]
+    procs = [
+        ctx.Process(target=worker, args=(dsn, mode, batch, ready, go, stop, finished), daemon=True)
+        for _ in range(processes)
+    ]
     for p in procs:
         p.start()
     try:
@@ -200,8 +207,7 @@ def drain(dsn: str, mode: str, processes: int, jobs: int, batch: int = 10,
             probe = CpuProbe(conn, None, pids, wal=wal)
             started = probe.started = time.perf_counter()
             go.set()
-            seconds = wait_done(conn, jobs, started,
-                                alive=lambda: all(p.is_alive() for p in procs))
+            seconds = wait_done(conn, jobs, started, alive=lambda: all(p.is_alive() for p in procs))
             usage = probe.finish()
             deadlocks = sum(finished.get(timeout=60) for _ in procs)
             stop.set()

@@ -29,9 +29,12 @@ LOAD_TERMINAL = (
     "SELECT %(topic)s, jsonb_build_object('i', i), 'done', 1, "
     "       now() - interval '40 days' + make_interval(secs => i / 1000.0), "
     "       now() - interval '40 days' + make_interval(secs => i / 1000.0) "
-    "FROM generate_series(1, %(n)s) AS i")
-LOAD_READY = ("INSERT INTO job (topic, payload) "
-              "SELECT %(topic)s, jsonb_build_object('i', i) FROM generate_series(1, %(n)s) AS i")
+    "FROM generate_series(1, %(n)s) AS i"
+)
+LOAD_READY = (
+    "INSERT INTO job (topic, payload) "
+    "SELECT %(topic)s, jsonb_build_object('i', i) FROM generate_series(1, %(n)s) AS i"
+)
 
 
 def claimer(dsn: str, rate: float, ready: Any, stop: Any, out: Any) -> None:
@@ -39,8 +42,7 @@ def claimer(dsn: str, rate: float, ready: Any, stop: Any, out: Any) -> None:
     from brooq.postgres.sql import sql
 
     samples: list[tuple[float, float, bool]] = []
-    params = {"holder": "bench:claimer", "lease": timedelta(minutes=5), "topic": TOPIC,
-              "limit": 1}
+    params = {"holder": "bench:claimer", "lease": timedelta(minutes=5), "topic": TOPIC, "limit": 1}
     with psycopg.connect(dsn, autocommit=True) as conn:
         statement = sql("claim_topic")
         conn.execute(statement, params)  # warm: connection, prepared plan
@@ -76,8 +78,7 @@ def measure(ctx: Context, dsn: str) -> dict[str, float]:
         if not ready.wait(60):
             raise RuntimeError("the claimer did not start")
         time.sleep(sizes.retention_baseline_s)
-        retention = Retention(store, timedelta(days=30), sizes.retention_batch,
-                              Every(timedelta(0)))
+        retention = Retention(store, timedelta(days=30), sizes.retention_batch, Every(timedelta(0)))
         deleted = 0
         began = time.monotonic()
         while True:
@@ -104,25 +105,42 @@ def measure(ctx: Context, dsn: str) -> dict[str, float]:
         raise RuntimeError("the claimer ran out of ready rows; raise retention_claim_rows")
     if not before or not during:
         raise RuntimeError(f"too few claims timed ({len(before)} before, {len(during)} during)")
-    return {"rows_per_s": deleted / (ended - began), "seconds": ended - began,
-            "p50_before": percentile(before, 50), "p99_before": percentile(before, 99),
-            "p50_during": percentile(during, 50), "p99_during": percentile(during, 99)}
+    return {
+        "rows_per_s": deleted / (ended - began),
+        "seconds": ended - began,
+        "p50_before": percentile(before, 50),
+        "p99_before": percentile(before, 99),
+        "p50_during": percentile(during, 50),
+        "p99_during": percentile(during, 99),
+    }
 
 
 def run_round(ctx: Context, round_no: int) -> None:
     """One retention run."""
+
     def one() -> None:
         with ctx.server.fresh("retention") as dsn:
             got = measure(ctx, dsn)
         b = ctx.sizes.retention_batch
         add = ctx.results.add
-        add("retention.rows_per_s", got["rows_per_s"], round_no=round_no, group=GROUP,
+        add(
+            "retention.rows_per_s",
+            got["rows_per_s"],
+            round_no=round_no,
+            group=GROUP,
             label=f"Retention.run_once loop, batch {b:,}, {ctx.sizes.retention_rows:,} rows",
-            unit="rows/s")
+            unit="rows/s",
+        )
         for when, words in (("before", "before retention"), ("during", "while retention runs")):
             for pct in ("p50", "p99"):
-                add(f"retention.claim_{pct}_{when}", got[f"{pct}_{when}"], round_no=round_no,
-                    group=GROUP, label=f"concurrent claim {pct}, {words}", unit="ms",
-                    higher_is_better=False)
+                add(
+                    f"retention.claim_{pct}_{when}",
+                    got[f"{pct}_{when}"],
+                    round_no=round_no,
+                    group=GROUP,
+                    label=f"concurrent claim {pct}, {words}",
+                    unit="ms",
+                    higher_is_better=False,
+                )
 
     ctx.guarded(f"round {round_no + 1} retention", one)

@@ -56,6 +56,7 @@ def __getattr__(name: str) -> Any:
         return getattr(queue, name)
     raise AttributeError(f"module 'brooq' has no attribute {name!r}")
 
+
 __all__ = [
     "AttemptTimedOut",
     "BrooqError",

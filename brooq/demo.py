@@ -32,7 +32,8 @@ LOCAL_DATABASE_URL = "postgresql://brooq:brooq@127.0.0.1:55433/brooq"
 queue = brooq.Queue(
     os.environ.get("DATABASE_URL") or LOCAL_DATABASE_URL,
     defaults=brooq.KindOptions(
-        backoff_base=timedelta(milliseconds=50), backoff_max=timedelta(milliseconds=300),
+        backoff_base=timedelta(milliseconds=50),
+        backoff_max=timedelta(milliseconds=300),
         max_attempts=3,
     ),
 )
@@ -79,8 +80,12 @@ def crash(claim: brooq.Claim) -> None:
 
 
 MIX = (
-    ("demo.ok", 0.68), ("demo.flaky", 0.15), ("demo.poison", 0.05), ("demo.slow", 0.08),
-    ("demo.hang", 0.01), ("demo.crash", 0.03),
+    ("demo.ok", 0.68),
+    ("demo.flaky", 0.15),
+    ("demo.poison", 0.05),
+    ("demo.slow", 0.08),
+    ("demo.hang", 0.01),
+    ("demo.crash", 0.03),
 )
 
 
@@ -101,8 +106,16 @@ def demo_jobs(count: int, run: str, rng: random.Random) -> list[brooq.Job]:
 
 def worker_command(workers: int) -> list[str]:
     """The command that processes the demo jobs."""
-    return [sys.executable, "-m", "brooq.cli", "supervise", "--app", "brooq.demo:queue",
-            "--workers", str(workers)]
+    return [
+        sys.executable,
+        "-m",
+        "brooq.cli",
+        "supervise",
+        "--app",
+        "brooq.demo:queue",
+        "--workers",
+        str(workers),
+    ]
 
 
 def wait_settled(

@@ -34,8 +34,12 @@ from brooq.vocabulary import KindOptions, StoreUnavailable, holder_id
 log = logging.getLogger("brooq.worker")
 
 MAX_RECONNECT_BACKOFF_S = 30.0
-FATAL_MARKERS = ("authentication failed", "does not exist", "no pg_hba.conf entry",
-                 "permission denied")
+FATAL_MARKERS = (
+    "authentication failed",
+    "does not exist",
+    "no pg_hba.conf entry",
+    "permission denied",
+)
 """Errors that waiting does not fix: the worker stops instead of retrying forever."""
 
 
@@ -124,18 +128,29 @@ class InProcessSlot:
 
     def __init__(self, queue: Queue, settings: Settings, dsn: str, options: RunOptions) -> None:
         self.queue, self.settings, self.options = queue, settings, options
-        self.store = PostgresStore(dsn, notify=settings.notify,
-                                   max_payload_bytes=settings.max_payload_bytes)
+        self.store = PostgresStore(
+            dsn, notify=settings.notify, max_payload_bytes=settings.max_payload_bytes
+        )
         listen = settings.listen_dsn(dsn)
         if listen is None:
             listen_off(settings.poll_interval)
         self.keeper = Keeper(PostgresStore(dsn), listen, settings.lease)
-        self.runner = SlotRunner(self.store, queue.registry, holder_id(), settings.lease,
-                                 options.topics, _KeeperListener(self.keeper, LoggingListener()))
+        self.runner = SlotRunner(
+            self.store,
+            queue.registry,
+            holder_id(),
+            settings.lease,
+            options.topics,
+            _KeeperListener(self.keeper, LoggingListener()),
+        )
         self.waker = Listener(listen, cancels=False)
         self.reaper = Reaper(self.store, Every(settings.reaper_period), settings.max_expirations)
-        self.retention = Retention(self.store, settings.retention_ttl, settings.retention_batch,
-                                   Every(settings.retention_period))
+        self.retention = Retention(
+            self.store,
+            settings.retention_ttl,
+            settings.retention_batch,
+            Every(settings.retention_period),
+        )
         self.stopping = False
         self.jobs = 0
 
@@ -159,11 +174,21 @@ class InProcessSlot:
                 except StoreUnavailable as exc:
                     self.keeper.hold(None)
                     if any(marker in str(exc) for marker in FATAL_MARKERS):
-                        event(log, "WorkerStopped", logging.ERROR, error=str(exc),
-                              note="waiting cannot fix this; check DATABASE_URL")
+                        event(
+                            log,
+                            "WorkerStopped",
+                            logging.ERROR,
+                            error=str(exc),
+                            note="waiting cannot fix this; check DATABASE_URL",
+                        )
                         return 1
-                    event(log, "DatabaseUnavailable", logging.WARNING, error=str(exc),
-                          retry_in_s=backoff)
+                    event(
+                        log,
+                        "DatabaseUnavailable",
+                        logging.WARNING,
+                        error=str(exc),
+                        retry_in_s=backoff,
+                    )
                     self._sleep(backoff)
                     backoff = min(backoff * 2, MAX_RECONNECT_BACKOFF_S)
                     continue

@@ -41,8 +41,9 @@ def hide_secrets(secrets: list[str]) -> None:
     # BARE_SECRET_MIN characters or more are hidden wherever they appear: a short
     # password ("brooq") is also a word, a path, a user name, and hiding it would
     # garble every line. In a DSN or `password=` scrub() hides any password.
-    _secrets[:] = sorted({s for s in _secrets + secrets if len(s) >= BARE_SECRET_MIN},
-                         key=len, reverse=True)
+    _secrets[:] = sorted(
+        {s for s in _secrets + secrets if len(s) >= BARE_SECRET_MIN}, key=len, reverse=True
+    )
 
 
 def clean_text(text: str, limit: int = FIELD_MAX_CHARS) -> str:
@@ -64,7 +65,7 @@ def clean(value: Any) -> Any:
 
 def _exc_text(text: str) -> str:
     if len(text) > EXC_MAX_CHARS:
-        text = "…" + text[-(EXC_MAX_CHARS - 1):]
+        text = "…" + text[-(EXC_MAX_CHARS - 1) :]
     return clean_text(text, EXC_MAX_CHARS)
 
 
@@ -96,8 +97,12 @@ class KeyValueFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Render the record and its extra fields as key=value pairs."""
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        parts = [f"ts={ts}.{int(record.msecs):03d}Z", f"level={record.levelname.lower()}",
-                 f"logger={record.name}", f"msg={_kv_value(record.getMessage())}"]
+        parts = [
+            f"ts={ts}.{int(record.msecs):03d}Z",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={_kv_value(record.getMessage())}",
+        ]
         parts += [f"{k}={_kv_value(v)}" for k, v in _fields(record).items()]
         if record.exc_info:
             exc = _exc_text(self.formatException(record.exc_info))
@@ -111,8 +116,11 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         """Render the record as one JSON line."""
         out: dict[str, Any] = {
-            "ts": record.created, "level": record.levelname.lower(), "logger": record.name,
-            "msg": clean(record.getMessage()), **_fields(record),
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": clean(record.getMessage()),
+            **_fields(record),
         }
         if record.exc_info:
             out["exc"] = _exc_text(self.formatException(record.exc_info))
@@ -155,16 +163,19 @@ class LoggingListener:
 
     def claimed(self, claimed: Claimed, options: KindOptions) -> None:
         """Log JobClaimed."""
-        event(job_log, "JobClaimed", job_id=claimed.id, topic=claimed.topic,
-              attempt=claimed.attempt)
+        event(
+            job_log, "JobClaimed", job_id=claimed.id, topic=claimed.topic, attempt=claimed.attempt
+        )
 
     def settled(self, attempted: Attempted) -> None:
         """Log JobDone/JobFailed/JobDead/JobCanceled (or LeaseLost when nothing was written)."""
         outcome = attempted.outcome
         name = EVENT_BY_LABEL.get(outcome.label, "JobFailed")
         fields = {
-            "job_id": attempted.claimed.id, "topic": attempted.claimed.topic,
-            "attempt": attempted.claimed.attempt, "outcome": outcome.label,
+            "job_id": attempted.claimed.id,
+            "topic": attempted.claimed.topic,
+            "attempt": attempted.claimed.attempt,
+            "outcome": outcome.label,
             "duration_s": round(attempted.duration_s, 6),
         }
         if outcome.retry_in is not None:
@@ -179,8 +190,12 @@ class LoggingListener:
 
 def listen_off(poll_interval: timedelta) -> None:
     """Say once, at start, that nothing LISTENs and what that costs."""
-    event(logging.getLogger("brooq.listen"), "ListenOff", logging.WARNING,
-          poll_interval=format_duration(poll_interval),
-          note="QUEUE_PGBOUNCER without QUEUE_LISTEN_URL: no LISTEN through a transaction "
-               "pooler; new jobs are looked for every poll interval, cancels of running "
-               "jobs are learned at the next heartbeat (lease/3)")
+    event(
+        logging.getLogger("brooq.listen"),
+        "ListenOff",
+        logging.WARNING,
+        poll_interval=format_duration(poll_interval),
+        note="QUEUE_PGBOUNCER without QUEUE_LISTEN_URL: no LISTEN through a transaction "
+        "pooler; new jobs are looked for every poll interval, cancels of running "
+        "jobs are learned at the next heartbeat (lease/3)",
+    )

@@ -27,8 +27,22 @@ from brooq.vocabulary.state import State
 
 _identity: dict[str, str | None] = {"id": None}
 
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-                    300.0)
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+)
 
 
 def process_identifier() -> str:
@@ -125,33 +139,52 @@ class Metrics:
         from prometheus_client import Counter, Histogram
 
         self.claimed = Counter("brooq_claimed_total", "Jobs claimed (attempts started).", ["topic"])
-        self.settled = Counter("brooq_settle_total", "Attempt outcomes written.",
-                               ["topic", "outcome"])
-        self.duration = Histogram("brooq_attempt_duration_seconds",
-                                  "Duration of attempts, claim to settle.", ["topic"],
-                                  buckets=DURATION_BUCKETS)
-        self.hung = Counter("brooq_hung_workers_total",
-                            "Workers SIGKILLed because a handler did not exit after an interrupt.",
-                            ["topic"])
-        self.lease_lost = Counter("brooq_lease_lost_total",
-                                  "Running jobs whose lease was lost (canceled or taken).",
-                                  ["topic"])
-        self.requeued = Counter("brooq_requeued_total",
-                                "Jobs returned by the reaper (expired lease).", ["topic"])
-        self.retention_deleted = Counter("brooq_retention_deleted_total",
-                                         "Terminal rows deleted by retention.", ["topic"])
-        self.restarts = Counter("brooq_worker_restarts_total",
-                                "Worker processes replaced, by reason.", ["reason"])
-        self.periodic = Counter("brooq_periodic_enqueued_total",
-                                "Runs of periodic schedules enqueued (by this supervisor).",
-                                ["schedule"])
+        self.settled = Counter(
+            "brooq_settle_total", "Attempt outcomes written.", ["topic", "outcome"]
+        )
+        self.duration = Histogram(
+            "brooq_attempt_duration_seconds",
+            "Duration of attempts, claim to settle.",
+            ["topic"],
+            buckets=DURATION_BUCKETS,
+        )
+        self.hung = Counter(
+            "brooq_hung_workers_total",
+            "Workers SIGKILLed because a handler did not exit after an interrupt.",
+            ["topic"],
+        )
+        self.lease_lost = Counter(
+            "brooq_lease_lost_total",
+            "Running jobs whose lease was lost (canceled or taken).",
+            ["topic"],
+        )
+        self.requeued = Counter(
+            "brooq_requeued_total", "Jobs returned by the reaper (expired lease).", ["topic"]
+        )
+        self.retention_deleted = Counter(
+            "brooq_retention_deleted_total", "Terminal rows deleted by retention.", ["topic"]
+        )
+        self.restarts = Counter(
+            "brooq_worker_restarts_total", "Worker processes replaced, by reason.", ["reason"]
+        )
+        self.periodic = Counter(
+            "brooq_periodic_enqueued_total",
+            "Runs of periodic schedules enqueued (by this supervisor).",
+            ["schedule"],
+        )
 
-    def initialise(self, topics: Sequence[str], restart_reasons: Sequence[str],
-                   schedules: Sequence[str] = ()) -> None:
+    def initialise(
+        self, topics: Sequence[str], restart_reasons: Sequence[str], schedules: Sequence[str] = ()
+    ) -> None:
         """Export every series known at start at zero, so increase() sees the first event."""
         for topic in topics:
-            for counter in (self.claimed, self.hung, self.lease_lost, self.requeued,
-                            self.retention_deleted):
+            for counter in (
+                self.claimed,
+                self.hung,
+                self.lease_lost,
+                self.requeued,
+                self.retention_deleted,
+            ):
                 counter.labels(topic=topic)
             for outcome in OUTCOMES:
                 self.settled.labels(topic=topic, outcome=outcome)
@@ -169,8 +202,9 @@ class WorkersCollector:
     supervisor's loop keeps that snapshot current, so a scrape costs nothing.
     """
 
-    def __init__(self, read: Callable[[], tuple[int, dict[str, int]]],
-                 topics: Sequence[str]) -> None:
+    def __init__(
+        self, read: Callable[[], tuple[int, dict[str, int]]], topics: Sequence[str]
+    ) -> None:
         self.read, self.topics = read, list(topics)
 
     def collect(self) -> Iterator[Any]:
@@ -179,8 +213,9 @@ class WorkersCollector:
 
         workers, busy = self.read()
         yield GaugeMetricFamily("brooq_workers", "Worker processes running.", value=workers)
-        family = GaugeMetricFamily("brooq_worker_busy", "Worker slots running a job.",
-                                   labels=["topic"])
+        family = GaugeMetricFamily(
+            "brooq_worker_busy", "Worker slots running a job.", labels=["topic"]
+        )
         for topic in sorted(set(self.topics) | set(busy)):
             family.add_metric([topic], busy.get(topic, 0))
         yield family
@@ -196,8 +231,9 @@ class DatabaseCollector:
     running its own. Nothing is yielded while the database cannot answer.
     """
 
-    def __init__(self, inspection: Inspection, topics: Sequence[str], ttl_s: float = 5.0,
-                 wait_s: float = 1.0) -> None:
+    def __init__(
+        self, inspection: Inspection, topics: Sequence[str], ttl_s: float = 5.0, wait_s: float = 1.0
+    ) -> None:
         self.inspection, self.topics = inspection, list(topics)
         self.ttl_s, self.wait_s = ttl_s, wait_s
         self._cached: tuple[float, list[TopicStateCount], dict[str, float]] | None = None
@@ -231,16 +267,19 @@ class DatabaseCollector:
             depth, oldest = self._values()
         except Exception:
             return
-        jobs = GaugeMetricFamily("brooq_jobs", "Jobs by topic and state.",
-                                 labels=["topic", "state"])
+        jobs = GaugeMetricFamily(
+            "brooq_jobs", "Jobs by topic and state.", labels=["topic", "state"]
+        )
         # Every state of every registered topic, at zero when it has no rows.
         counts = {(topic, str(state)): 0 for topic in self.topics for state in State}
         counts.update({(row.topic, row.state): row.jobs for row in depth})
         for (topic, state), n in sorted(counts.items()):
             jobs.add_metric([topic, state], n)
-        age = GaugeMetricFamily("brooq_ready_oldest_age_seconds",
-                                "How long the oldest ready job has waited (0: none ready).",
-                                labels=["topic"])
+        age = GaugeMetricFamily(
+            "brooq_ready_oldest_age_seconds",
+            "How long the oldest ready job has waited (0: none ready).",
+            labels=["topic"],
+        )
         for topic in sorted(set(self.topics) | {r.topic for r in depth}):
             age.add_metric([topic], oldest.get(topic, 0.0))
         yield jobs

@@ -85,7 +85,7 @@ def children_of(ppid: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        if int(stat[stat.rindex(")") + 2:].split()[1]) == ppid:
+        if int(stat[stat.rindex(")") + 2 :].split()[1]) == ppid:
             found.append(int(entry))
     return found
 

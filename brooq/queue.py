@@ -26,6 +26,7 @@ from brooq.vocabulary import (
     coerce_duration,
     holder_id,
 )
+from brooq.vocabulary.schedule import MissedRuns
 
 if TYPE_CHECKING:  # the types of the sources a Queue takes; psycopg itself stays in postgres/
     import psycopg
@@ -109,10 +110,12 @@ class Queue:
         if settings.pgbouncer:
             use_pgbouncer()
         if not settings.database_url:
-            raise ConfigError([
-                "DATABASE_URL: not set; the Queue() without a DSN reads it from the "
-                "environment, .env, BROOQ_CONFIG or $CREDENTIALS_DIRECTORY/database-url"
-            ])
+            raise ConfigError(
+                [
+                    "DATABASE_URL: not set; the Queue() without a DSN reads it from the "
+                    "environment, .env, BROOQ_CONFIG or $CREDENTIALS_DIRECTORY/database-url"
+                ]
+            )
         return settings.database_url
 
     @property
@@ -121,8 +124,9 @@ class Queue:
         if self._store is None:
             dsn = self.dsn()
             assert dsn is not None
-            self._store = PostgresStore(dsn, notify=self.notify,
-                                        max_payload_bytes=self.max_payload_bytes)
+            self._store = PostgresStore(
+                dsn, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+            )
         return self._store
 
     def kind(self, topic: str, **options: Any) -> Callable[[H], H]:
@@ -148,8 +152,15 @@ class Queue:
         self.registry.set_defaults(self._code_defaults.with_defaults(defaults))
 
     def periodic(
-        self, cron: str, *, topic: str, payload: Any = None, name: str = "", tz: str = "UTC",
-        missed: str = "latest", priority: int = 0,
+        self,
+        cron: str,
+        *,
+        topic: str,
+        payload: Any = None,
+        name: str = "",
+        tz: str = "UTC",
+        missed: MissedRuns = "latest",
+        priority: int = 0,
     ) -> Schedule:
         """Enqueue a job of ``topic`` at every time the 5-field ``cron`` matches in ``tz``.
 
@@ -159,8 +170,15 @@ class Queue:
         ``all`` or ``skip``) says what to do with runs that fell due while no
         supervisor was running.
         """
-        schedule = Schedule(cron=cron, topic=topic, payload=payload, name=name, tz=tz,
-                            missed=missed, priority=priority)  # type: ignore[arg-type]
+        schedule = Schedule(
+            cron=cron,
+            topic=topic,
+            payload=payload,
+            name=name,
+            tz=tz,
+            missed=missed,
+            priority=priority,
+        )
         check_schedule(schedule)
         if any(s.name == schedule.name for s in self.schedules):
             raise InvalidJob(f"a schedule named {schedule.name!r} already exists; pass name=")
@@ -190,9 +208,7 @@ class Queue:
                 raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
         return self.store.enqueue_many(jobs, conn)
 
-    async def enqueue_async(
-        self, job: Job, *, conn: psycopg.AsyncConnection[Any]
-    ) -> Enqueued:
+    async def enqueue_async(self, job: Job, *, conn: psycopg.AsyncConnection[Any]) -> Enqueued:
         """Enqueue one job on an asyncio connection, in its open transaction."""
         return (await self.store.enqueue_many_async([job], conn))[0]
 
@@ -209,7 +225,10 @@ class Queue:
         return self.store.get(job_id)
 
     def drain(
-        self, *, topics: Sequence[str] | None = None, max_jobs: int = 10_000,
+        self,
+        *,
+        topics: Sequence[str] | None = None,
+        max_jobs: int = 10_000,
         lease: timedelta | str | float = DRAIN_LEASE,
     ) -> Drained:
         """Run ready jobs inline, in this thread, until none is ready (for tests and scripts).
@@ -218,8 +237,11 @@ class Queue:
         them. Soft attempt timeouts apply when called from the main thread.
         """
         runner = SlotRunner(
-            self.store, self.registry, holder=holder_id(),
-            lease=coerce_duration(lease, name="lease"), topics=topics,
+            self.store,
+            self.registry,
+            holder=holder_id(),
+            lease=coerce_duration(lease, name="lease"),
+            topics=topics,
         )
         drained = Drained()
         try:
@@ -241,9 +263,13 @@ class Queue:
 
 
 async def enqueue_async(
-    aconn: psycopg.AsyncConnection[Any], job: Job, *, notify: bool = True,
+    aconn: psycopg.AsyncConnection[Any],
+    job: Job,
+    *,
+    notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> Enqueued:
     """Enqueue one job on an asyncio connection, inside its open transaction."""
-    return (await enqueue_on_async(aconn, [job], notify=notify,
-                                   max_payload_bytes=max_payload_bytes))[0]
+    return (
+        await enqueue_on_async(aconn, [job], notify=notify, max_payload_bytes=max_payload_bytes)
+    )[0]

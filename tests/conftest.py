@@ -42,8 +42,7 @@ def _server_url() -> str:
     done = subprocess.run([PG_SH, "up"], capture_output=True, text=True, timeout=180)
     if done.returncode != 0:
         raise RuntimeError(f"could not start the test PostgreSQL:\n{done.stderr}")
-    return subprocess.run([PG_SH, "url"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run([PG_SH, "url"], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _with_db(url: str, dbname: str) -> str:
@@ -52,21 +51,24 @@ def _with_db(url: str, dbname: str) -> str:
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()})
 
 
-
-
 def _drop_stale(admin: psycopg.Connection) -> None:
     # Only databases this role may drop (it owns them), so a stray one never breaks the session.
-    names = [r[0] for r in admin.execute(
-        "SELECT datname FROM pg_database WHERE datname LIKE 'brooq\\_t%' "
-        "AND pg_has_role(current_user, datdba, 'MEMBER')")]
+    names = [
+        r[0]
+        for r in admin.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'brooq\\_t%' "
+            "AND pg_has_role(current_user, datdba, 'MEMBER')"
+        )
+    ]
     for name in names:
         try:
             pid = int(name.split("_")[1].lstrip("tpl").lstrip("t") or 0)
         except (IndexError, ValueError):
             continue
         if pid and not pid_alive(pid):
-            admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                pgsql.Identifier(name)))
+            admin.execute(
+                pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+            )
 
 
 @pytest.fixture(scope="session")
@@ -86,10 +88,13 @@ def admin_url(server_url: str) -> str:
     if url:
         return url
     if os.environ.get("TEST_DATABASE_URL"):
-        pytest.fail("TEST_DATABASE_URL names another server: set TEST_ADMIN_DATABASE_URL to a "
-                    "superuser on it")
-    return subprocess.run([PG_SH, "admin-url"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+        pytest.fail(
+            "TEST_DATABASE_URL names another server: set TEST_ADMIN_DATABASE_URL to a "
+            "superuser on it"
+        )
+    return subprocess.run(
+        [PG_SH, "admin-url"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="session")
@@ -107,13 +112,15 @@ def admin(server_url: str) -> Iterator[psycopg.Connection]:
 def template_db(admin: psycopg.Connection, server_url: str) -> Iterator[str]:
     """A database with every migration applied, cloned for each test."""
     name = f"brooq_tpl{os.getpid()}"
-    admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-        pgsql.Identifier(name)))
+    admin.execute(
+        pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+    )
     admin.execute(pgsql.SQL("CREATE DATABASE {}").format(pgsql.Identifier(name)))
     migrations.up(_with_db(server_url, name))
     yield name
-    admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-        pgsql.Identifier(name)))
+    admin.execute(
+        pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+    )
 
 
 @pytest.fixture
@@ -136,8 +143,9 @@ def _fresh_db(admin: psycopg.Connection, server_url: str, template: str | None) 
     try:
         yield _with_db(server_url, name)
     finally:
-        admin.execute(pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-            pgsql.Identifier(name)))
+        admin.execute(
+            pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+        )
 
 
 @pytest.fixture
@@ -208,8 +216,16 @@ TIERS: dict[str, tuple[str, ...]] = {
     "browser": ("browser", "db"),
 }
 """The markers each folder's tests get, so ``pytest -m "not db"`` needs no database."""
-DATABASE_FIXTURES = {"server_url", "admin_url", "admin", "template_db", "dsn", "empty_dsn", "pg",
-                     "pg_store"}
+DATABASE_FIXTURES = {
+    "server_url",
+    "admin_url",
+    "admin",
+    "template_db",
+    "dsn",
+    "empty_dsn",
+    "pg",
+    "pg_store",
+}
 """Fixtures that reach PostgreSQL: a test below a database-free tier may not ask for them."""
 
 
@@ -230,5 +246,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "db" not in TIERS.get(tier, ("db",)) and used:
             misplaced.append(f"{item.nodeid} uses {sorted(used)}")
     if misplaced:
-        raise pytest.UsageError("database fixtures in a database-free tier (move the test to "
-                                "tests/integration):\n  " + "\n  ".join(misplaced))
+        raise pytest.UsageError(
+            "database fixtures in a database-free tier (move the test to "
+            "tests/integration):\n  " + "\n  ".join(misplaced)
+        )

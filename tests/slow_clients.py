@@ -39,9 +39,16 @@ class Slowloris:
     once (after ``pause`` s), so the pressure lasts the whole duration.
     """
 
-    def __init__(self, host: str, port: int, n: int = 50, duration: float = 30.0,
-                 prefix: bytes = SLOW_PREFIX, reconnect: bool = True,
-                 pause: float = 0.05) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        n: int = 50,
+        duration: float = 30.0,
+        prefix: bytes = SLOW_PREFIX,
+        reconnect: bool = True,
+        pause: float = 0.05,
+    ) -> None:
         self.host, self.port, self.n = host, port, n
         self.duration, self.prefix = duration, prefix
         self.reconnect, self.pause = reconnect, pause

@@ -29,7 +29,8 @@ COMMAND_GROUPS = (migrate, jobs, jobgroup, status, workers, configure, run, dash
 def parser() -> argparse.ArgumentParser:
     """The whole command line."""
     top = argparse.ArgumentParser(
-        prog="brooq", description="brooq: a PostgreSQL-backed job queue.",
+        prog="brooq",
+        description="brooq: a PostgreSQL-backed job queue.",
         epilog="Configuration: environment, .env, --config TOML, flags. See `brooq config show`.",
     )
     top.add_argument("--version", action="version", version=f"brooq {__version__}")
@@ -76,8 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _closed_stdout()
     except Exception:
         traceback.print_exc()
-        print("brooq: internal error (a bug in brooq; please report it with the traceback "
-              "above)", file=sys.stderr)
+        print(
+            "brooq: internal error (a bug in brooq; please report it with the traceback above)",
+            file=sys.stderr,
+        )
         return Exit.BUG
 
 

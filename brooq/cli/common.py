@@ -20,26 +20,35 @@ def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
         default = f"default {key.default}" if key.default else "unset by default"
         help_text = f"{key.help} ({default}; env {key.env})"
         if key.kind.native_toml and key.kind.metavar == "{true,false}":
-            parser.add_argument(key.flag, dest=key.attr, action="store_const", const="true",
-                                help=help_text)
+            parser.add_argument(
+                key.flag, dest=key.attr, action="store_const", const="true", help=help_text
+            )
         else:
-            parser.add_argument(key.flag, dest=key.attr, metavar=key.kind.metavar,
-                                help=help_text.replace("%", "%%"))
+            parser.add_argument(
+                key.flag, dest=key.attr, metavar=key.kind.metavar, help=help_text.replace("%", "%%")
+            )
 
 
 def add_global_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of the top-level parser: configuration files and the global settings."""
     parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    parser.add_argument("--env-file", default=".env", metavar="FILE",
-                        help="dotenv file to read (default: .env when present)")
+    parser.add_argument(
+        "--env-file",
+        default=".env",
+        metavar="FILE",
+        help="dotenv file to read (default: .env when present)",
+    )
     add_setting_flags(parser, GLOBAL)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     """Settings from every source, the flags given on this command line winning."""
     overrides = {key.env: getattr(args, key.attr, None) for key in KEYS}
-    settings = load_settings(env_file=args.env_file, toml_file=args.config,
-                             overrides={k: v for k, v in overrides.items() if v is not None})
+    settings = load_settings(
+        env_file=args.env_file,
+        toml_file=args.config,
+        overrides={k: v for k, v in overrides.items() if v is not None},
+    )
     for warning in settings.warnings:
         print(f"brooq: warning: {warning}", file=sys.stderr)
     return settings

@@ -11,11 +11,15 @@ from brooq.config import Settings, env_example, settings_to_env, settings_to_tom
 def register(sub: Any) -> None:
     """Add the config command."""
     p = sub.add_parser("config", help="print the effective configuration (secrets redacted)")
-    p.add_argument("action", choices=["show", "example"],
-                   help="show: what is in effect; example: every setting with its help "
-                        "(the text of .env.example)")
-    p.add_argument("--format", choices=["env", "toml"], default="env",
-                   help="show: dotenv (default) or TOML")
+    p.add_argument(
+        "action",
+        choices=["show", "example"],
+        help="show: what is in effect; example: every setting with its help "
+        "(the text of .env.example)",
+    )
+    p.add_argument(
+        "--format", choices=["env", "toml"], default="env", help="show: dotenv (default) or TOML"
+    )
     p.set_defaults(func=cmd_config, needs_schema=False)
 
 

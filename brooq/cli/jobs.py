@@ -21,12 +21,20 @@ def register(sub: Any) -> None:
     """Add the enqueue, job and cancel commands."""
     p = sub.add_parser("enqueue", help="enqueue one job and print its id")
     p.add_argument("--topic", required=True, help="the job's topic, e.g. email.send")
-    p.add_argument("--payload", required=True, metavar="JSON|@FILE|-",
-                   help="the payload: JSON text, @path to read it from a file, - for stdin")
+    p.add_argument(
+        "--payload",
+        required=True,
+        metavar="JSON|@FILE|-",
+        help="the payload: JSON text, @path to read it from a file, - for stdin",
+    )
     p.add_argument("--key", help="idempotency key (per topic)")
     p.add_argument("--at", help="ISO 8601 time with zone, or a delay like 30s")
-    p.add_argument("--priority", type=int, default=0,
-                   help="higher runs first among ready jobs of a topic (-32768..32767)")
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=0,
+        help="higher runs first among ready jobs of a topic (-32768..32767)",
+    )
     p.set_defaults(func=cmd_enqueue)
     p = sub.add_parser("job", help="show a job's row: its whole fate")
     p.add_argument("id", help="the job's id (a UUID)")
@@ -40,8 +48,9 @@ def register(sub: Any) -> None:
 
 def store_for(settings: Settings) -> PostgresStore:
     """A store on DATABASE_URL for one command."""
-    return PostgresStore(require_dsn(settings), notify=settings.notify,
-                         max_payload_bytes=settings.max_payload_bytes)
+    return PostgresStore(
+        require_dsn(settings), notify=settings.notify, max_payload_bytes=settings.max_payload_bytes
+    )
 
 
 def parse_at(text: str, now: datetime | None = None) -> datetime:
@@ -73,8 +82,9 @@ def read_payload(given: str) -> Any:
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"--payload {given}: cannot read {path} ({type(exc).__name__})") \
-                from None
+            raise UsageError(
+                f"--payload {given}: cannot read {path} ({type(exc).__name__})"
+            ) from None
         where = f"the payload in {path}"
     else:
         text = given
@@ -92,8 +102,13 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one job; print ``{"id": …, "created": …, "state": …}``."""
     payload = read_payload(args.payload)
     at = parse_at(args.at) if args.at else None
-    job = Job(topic=args.topic, payload=payload, idempotency_key=args.key, available_at=at,
-              priority=args.priority)
+    job = Job(
+        topic=args.topic,
+        payload=payload,
+        idempotency_key=args.key,
+        available_at=at,
+        priority=args.priority,
+    )
     store = store_for(settings)
     try:
         (result,) = store.enqueue_many([job])
@@ -101,9 +116,15 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         store.close()
     print_json({"id": result.id, "created": result.created, "state": str(result.state)})
     if not result.created:
-        print(f"brooq: a job with this key already exists ({result.state}); nothing enqueued"
-              + ("; to run it again, enqueue without --key, or delete that row first"
-                 if str(result.state) in ("dead", "canceled") else ""), file=sys.stderr)
+        print(
+            f"brooq: a job with this key already exists ({result.state}); nothing enqueued"
+            + (
+                "; to run it again, enqueue without --key, or delete that row first"
+                if str(result.state) in ("dead", "canceled")
+                else ""
+            ),
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -13,8 +13,11 @@ from brooq.config import Settings
 def register(sub: Any) -> None:
     """Add the migrate command."""
     p = sub.add_parser("migrate", help="apply, roll back or list schema migrations")
-    p.add_argument("action", choices=["up", "down", "status"],
-                   help="up: apply pending; down: roll back; status: list with their state")
+    p.add_argument(
+        "action",
+        choices=["up", "down", "status"],
+        help="up: apply pending; down: roll back; status: list with their state",
+    )
     p.add_argument("--steps", type=int, default=1, help="down: how many to roll back (default 1)")
     p.add_argument("--all", action="store_true", help="down: roll back every migration")
     p.set_defaults(func=cmd_migrate, needs_schema=False)

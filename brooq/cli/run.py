@@ -22,16 +22,25 @@ SURFACE_CONNECTIONS = 4
 def register(sub: Any) -> None:
     """Add the work and supervise commands."""
     p = sub.add_parser("work", help="run one job slot in this process until SIGTERM/SIGINT")
-    p.add_argument("--app", required=True, metavar="MODULE:QUEUE",
-                   help="the brooq.Queue of your app, e.g. myapp.jobs:queue")
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:QUEUE",
+        help="the brooq.Queue of your app, e.g. myapp.jobs:queue",
+    )
     p.add_argument("--max-jobs", type=int, default=0, help="exit after this many attempts")
-    p.add_argument("--exit-when-idle", action="store_true",
-                   help="exit when no job is ready (scripts, tests)")
+    p.add_argument(
+        "--exit-when-idle", action="store_true", help="exit when no job is ready (scripts, tests)"
+    )
     add_setting_flags(p, WORK)
     p.set_defaults(func=cmd_work)
     p = sub.add_parser("supervise", help="fork N worker processes and supervise them")
-    p.add_argument("--app", required=True, metavar="MODULE:QUEUE",
-                   help="the brooq.Queue of your app, e.g. myapp.jobs:queue")
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:QUEUE",
+        help="the brooq.Queue of your app, e.g. myapp.jobs:queue",
+    )
     add_setting_flags(p, SUPERVISE)
     p.set_defaults(func=cmd_supervise)
 
@@ -66,8 +75,11 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
 
     queue = load_app(args.app)
     queue.configure(settings.kind_options())
-    options = RunOptions(topics=served(settings, queue.registry.topics()),
-                         max_jobs=args.max_jobs, exit_when_idle=args.exit_when_idle)
+    options = RunOptions(
+        topics=served(settings, queue.registry.topics()),
+        max_jobs=args.max_jobs,
+        exit_when_idle=args.exit_when_idle,
+    )
     dsn = app_dsn(settings, queue)
     preflight(dsn, workers=0)
     return InProcessSlot(queue, settings, dsn, options).run()
@@ -93,7 +105,8 @@ def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None
             f"({workers} workers + {own} of the supervisor), but the database "
             f"accepts {room.free} more (max_connections {room.max_connections}, "
             f"{room.reserved} reserved, {room.in_use} in use): lower --workers to at most "
-            f"{max(0, room.free - own)} or raise max_connections")
+            f"{max(0, room.free - own)} or raise max_connections"
+        )
 
 
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
@@ -118,8 +131,7 @@ def prepare(queue: Any, settings: Settings) -> list[list[str]]:
     return parse_slots(settings.workers, topics, queue.registry.topics())
 
 
-def supervise(args: argparse.Namespace, settings: Settings, queue: Any,
-              loader: Any = None) -> int:
+def supervise(args: argparse.Namespace, settings: Settings, queue: Any, loader: Any = None) -> int:
     """Assemble the supervisor of ``queue`` and run it (``loader``: SIGHUP loads new code)."""
     from brooq.cli.common import settings_from
     from brooq.metrics import Metrics
@@ -130,7 +142,9 @@ def supervise(args: argparse.Namespace, settings: Settings, queue: Any,
     dsn = app_dsn(settings, queue)
     own = SUPERVISOR_CONNECTIONS + (SURFACE_CONNECTIONS if settings.http_addr else 0)
     preflight(dsn, workers=len(slots), own=own)
-    reloader = None if loader is None else Reloader(loader, lambda: settings_from(args), prepare,
-                                                    slots)
-    return Supervisor(queue, settings, slots, dsn, name=args.app,
-                      metrics=Metrics(), reloader=reloader).run()
+    reloader = (
+        None if loader is None else Reloader(loader, lambda: settings_from(args), prepare, slots)
+    )
+    return Supervisor(
+        queue, settings, slots, dsn, name=args.app, metrics=Metrics(), reloader=reloader
+    ).run()

@@ -29,10 +29,19 @@ def register(sub: Any) -> None:
     """Add the status command."""
     p = sub.add_parser("status", help="depth, oldest ready age, running and dead jobs")
     p.add_argument("--json", action="store_true", help="one JSON object (a line per refresh)")
-    p.add_argument("--watch", nargs="?", const=2.0, type=watch_seconds, metavar="SECONDS",
-                   help="redraw every SECONDS (default 2) until Ctrl-C")
-    p.add_argument("--app", metavar="MODULE:QUEUE",
-                   help="also list the app's periodic schedules and their next run")
+    p.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=watch_seconds,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until Ctrl-C",
+    )
+    p.add_argument(
+        "--app",
+        metavar="MODULE:QUEUE",
+        help="also list the app's periodic schedules and their next run",
+    )
     p.set_defaults(func=cmd_status)
 
 
@@ -81,8 +90,9 @@ def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[
         "depth": [asdict(row) for row in inspection.depth()],
         "oldest_ready_s": ready,
         "running": [asdict(row) for row in inspection.running()],
-        "dead_last_hour": [{**asdict(row), "updated_at": row.updated_at.isoformat()}
-                           for row in dead],
+        "dead_last_hour": [
+            {**asdict(row), "updated_at": row.updated_at.isoformat()} for row in dead
+        ],
         "dead_last_hour_total": inspection.count_dead(timedelta(hours=1)),
         **live_workers(inspection, ready),
     }
@@ -102,8 +112,10 @@ def live_workers(inspection: Inspection, ready: dict[str, float]) -> dict[str, A
         return {"supervisors": None, "unserved_topics": None}
     served = {t for r in rows for t in r.topics}
     now = datetime.now(UTC)
-    return {"supervisors": [supervisor_json(r, now) for r in rows],
-            "unserved_topics": sorted(t for t in ready if t not in served)}
+    return {
+        "supervisors": [supervisor_json(r, now) for r in rows],
+        "unserved_topics": sorted(t for t in ready if t not in served),
+    }
 
 
 def show(snap: dict[str, Any], as_json: bool) -> None:
@@ -114,8 +126,9 @@ def show(snap: dict[str, Any], as_json: bool) -> None:
         print(render(snap))
 
 
-def watch(inspection: Inspection, interval: float, as_json: bool,
-          queue: HasSchedules | None = None) -> int:
+def watch(
+    inspection: Inspection, interval: float, as_json: bool, queue: HasSchedules | None = None
+) -> int:
     """Redraw until SIGINT (exit 0); a database outage is shown, not fatal."""
     import sys
 
@@ -141,11 +154,13 @@ def watch(inspection: Inspection, interval: float, as_json: bool,
 
 def render(snap: dict[str, Any]) -> str:
     """The text form: one block per section."""
-    blocks = [f"brooq status at {snap['taken_at']}",
-              render_depth(snap["depth"], snap["oldest_ready_s"]),
-              render_running(snap["running"]),
-              render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
-              render_workers(snap["supervisors"], snap["unserved_topics"])]
+    blocks = [
+        f"brooq status at {snap['taken_at']}",
+        render_depth(snap["depth"], snap["oldest_ready_s"]),
+        render_running(snap["running"]),
+        render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
+        render_workers(snap["supervisors"], snap["unserved_topics"]),
+    ]
     if "schedules" in snap:
         blocks.append(render_schedules(snap["schedules"]))
     return "\n\n".join(blocks)
@@ -155,8 +170,11 @@ def age(seconds: float | None) -> str:
     """A short duration: ``1m30s``, ``250ms``."""
     if not seconds:
         return "0s"
-    return format_duration(timedelta(seconds=round(seconds)) if seconds >= 1
-                           else timedelta(milliseconds=round(seconds * 1000)))
+    return format_duration(
+        timedelta(seconds=round(seconds))
+        if seconds >= 1
+        else timedelta(milliseconds=round(seconds * 1000))
+    )
 
 
 def render_depth(rows: list[dict[str, Any]], oldest: dict[str, float]) -> str:
@@ -180,13 +198,17 @@ def render_running(rows: list[dict[str, Any]]) -> str:
     """Jobs in flight: id, topic, attempt, lease left, holder."""
     if not rows:
         return "running: none"
-    lines = [f"running: {len(rows)}",
-             f"  {'job':<36}  {'topic':<20} {'attempt':>7}  {'lease left':>10}  holder"]
+    lines = [
+        f"running: {len(rows)}",
+        f"  {'job':<36}  {'topic':<20} {'attempt':>7}  {'lease left':>10}  holder",
+    ]
     for row in rows:
         left = row["lease_left_s"]
         shown = "expired" if left is not None and left < 0 else age(left)
-        lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>7}  "
-                     f"{shown:>10}  {safe(row['locked_by'] or '-')}")
+        lines.append(
+            f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>7}  "
+            f"{shown:>10}  {safe(row['locked_by'] or '-')}"
+        )
     return "\n".join(lines)
 
 
@@ -195,13 +217,17 @@ def render_dead(rows: list[dict[str, Any]], total: int) -> str:
     if not total:
         return "dead in the last hour: none"
     more = f" (newest {len(rows)} shown)" if total > len(rows) else ""
-    lines = [f"dead in the last hour: {total}{more}",
-             f"  {'job':<36}  {'topic':<20} {'attempts':>8}  {'at (UTC)':<19}  last error"]
+    lines = [
+        f"dead in the last hour: {total}{more}",
+        f"  {'job':<36}  {'topic':<20} {'attempts':>8}  {'at (UTC)':<19}  last error",
+    ]
     for row in rows:
         at = datetime.fromisoformat(row["updated_at"]).astimezone(UTC)
         error = cut(safe(row["last_error"] or ""), 60)
-        lines.append(f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>8}  "
-                     f"{at:%Y-%m-%d %H:%M:%S}  {error}")
+        lines.append(
+            f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>8}  "
+            f"{at:%Y-%m-%d %H:%M:%S}  {error}"
+        )
     return "\n".join(lines)
 
 
@@ -213,17 +239,23 @@ def render_workers(rows: list[dict[str, Any]] | None, unserved: list[str] | None
     total = sum(len(r["workers"]) for r in rows)
     lines = [f"workers: {total} in {len(rows)} supervisor{'s' * (len(rows) != 1)}, {busy} busy"]
     for r in rows:
-        lines.append(f"  {safe(r['holder'])}  {len(r['workers'])} workers  "
-                     f"topics {safe(','.join(r['topics']))}")
+        lines.append(
+            f"  {safe(r['holder'])}  {len(r['workers'])} workers  "
+            f"topics {safe(','.join(r['topics']))}"
+        )
         for w in r["workers"]:
             if w["job_id"]:
                 elapsed = w["elapsed_s"]
-                lines.append(f"    worker {w['slot']} pid {w['pid']}: job {safe(w['job_id'])} "
-                             f"({safe(w['topic'] or '')})"
-                             + (f" for {elapsed:.0f}s" if elapsed is not None else ""))
+                lines.append(
+                    f"    worker {w['slot']} pid {w['pid']}: job {safe(w['job_id'])} "
+                    f"({safe(w['topic'] or '')})"
+                    + (f" for {elapsed:.0f}s" if elapsed is not None else "")
+                )
     if unserved:
-        lines.append("NO LIVE WORKER serves these topics with ready jobs: "
-                     + ", ".join(safe(t) for t in unserved))
+        lines.append(
+            "NO LIVE WORKER serves these topics with ready jobs: "
+            + ", ".join(safe(t) for t in unserved)
+        )
     return "\n".join(lines)
 
 
@@ -238,12 +270,18 @@ def schedules_table(queue: HasSchedules, now: datetime | None = None) -> list[di
     rows = []
     for schedule in queue.schedules:
         upcoming = next_run(schedule, now)
-        rows.append({
-            "name": schedule.name, "cron": schedule.cron, "tz": schedule.tz,
-            "topic": schedule.topic, "missed": schedule.missed, "priority": schedule.priority,
-            "next_run": upcoming.isoformat(),
-            "next_run_local": upcoming.astimezone(ZoneInfo(schedule.tz)).isoformat(),
-        })
+        rows.append(
+            {
+                "name": schedule.name,
+                "cron": schedule.cron,
+                "tz": schedule.tz,
+                "topic": schedule.topic,
+                "missed": schedule.missed,
+                "priority": schedule.priority,
+                "next_run": upcoming.isoformat(),
+                "next_run_local": upcoming.astimezone(ZoneInfo(schedule.tz)).isoformat(),
+            }
+        )
     return rows
 
 
@@ -256,6 +294,7 @@ def render_schedules(rows: list[dict[str, Any]]) -> str:
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
     lines = ["schedules:"]
     for values in [columns, *cells]:
-        lines.append("  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)
-                                      ).rstrip())
+        lines.append(
+            "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
+        )
     return "\n".join(lines)

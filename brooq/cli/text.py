@@ -17,8 +17,9 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\x1b"}
 
 def _escape(match: re.Match[str]) -> str:
     char = match[0]
-    return _NAMED.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100
-                                else f"\\u{ord(char):04x}")
+    return _NAMED.get(char) or (
+        f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}"
+    )
 
 
 def safe(value: object) -> str:

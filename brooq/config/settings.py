@@ -120,132 +120,252 @@ class Settings:
 
     # Table order is the order problems are reported in; .env.example groups by section.
     database_url: Key[str | None] = Key(
-        "DATABASE_URL", v.DSN, None,
+        "DATABASE_URL",
+        v.DSN,
+        None,
         "PostgreSQL URL or libpq key=value string (secret: its password is never logged).",
-        section="secrets", example="postgresql://user@localhost:5432/app", secret=True)
+        section="secrets",
+        example="postgresql://user@localhost:5432/app",
+        secret=True,
+    )
     listen_url: Key[str | None] = Key(
-        "QUEUE_LISTEN_URL", v.DSN, None,
+        "QUEUE_LISTEN_URL",
+        v.DSN,
+        None,
         "Direct PostgreSQL URL for LISTEN (a session of its own), for when DATABASE_URL goes "
         "through a transaction-pooling PgBouncer. Empty: LISTEN on DATABASE_URL, or with "
         "QUEUE_PGBOUNCER no LISTEN at all (look for jobs every QUEUE_POLL_INTERVAL).",
-        section="secrets", example="postgresql://user@db-host:5432/app", secret=True)
+        section="secrets",
+        example="postgresql://user@db-host:5432/app",
+        secret=True,
+    )
     pgbouncer: Key[bool] = Key(
-        "QUEUE_PGBOUNCER", v.BOOL, "false",
+        "QUEUE_PGBOUNCER",
+        v.BOOL,
+        "false",
         "DATABASE_URL goes through PgBouncer in transaction mode: no server-side prepared "
         "statements, no session settings (statement_timeout by SET LOCAL), no LISTEN but on "
         "QUEUE_LISTEN_URL (true/false).",
-        section="connections")
+        section="connections",
+    )
     workers: Key[int | str] = Key(
-        "QUEUE_WORKERS", v.WORKERS, "2",
+        "QUEUE_WORKERS",
+        v.WORKERS,
+        "2",
         "Worker processes of a supervisor: a count (8) or topic=count pairs "
         "(email.send=4,report=2).",
-        section="workers", commands=(SUPERVISE,))
+        section="workers",
+        commands=(SUPERVISE,),
+    )
     topics: Key[tuple[str, ...] | None] = Key(
-        "QUEUE_TOPICS", v.TOPICS, None,
+        "QUEUE_TOPICS",
+        v.TOPICS,
+        None,
         "Comma-separated topics to serve. Empty: every topic the app handles.",
-        section="workers", example="email.send,report", commands=(WORK, SUPERVISE))
+        section="workers",
+        example="email.send,report",
+        commands=(WORK, SUPERVISE),
+    )
     poll_interval: Key[timedelta] = Key(
-        "QUEUE_POLL_INTERVAL", v.duration(zero_ok=False), "1s",
+        "QUEUE_POLL_INTERVAL",
+        v.duration(zero_ok=False),
+        "1s",
         "How often idle workers look for jobs when no NOTIFY wakes them.",
-        section="workers", commands=(WORK, SUPERVISE))
+        section="workers",
+        commands=(WORK, SUPERVISE),
+    )
     lease: Key[timedelta] = Key(
-        "QUEUE_LEASE", v.duration(zero_ok=False), "2m",
+        "QUEUE_LEASE",
+        v.duration(zero_ok=False),
+        "2m",
         "Lease of a claimed job, extended every lease/3 while it runs; how long a job of a "
         "dead host waits before the reaper returns it.",
-        section="workers", commands=(WORK, SUPERVISE))
+        section="workers",
+        commands=(WORK, SUPERVISE),
+    )
     attempt_timeout: Key[timedelta] = Key(
-        "QUEUE_ATTEMPT_TIMEOUT", v.duration(zero_ok=False), "1m",
+        "QUEUE_ATTEMPT_TIMEOUT",
+        v.duration(zero_ok=False),
+        "1m",
         "Soft timeout of an attempt: brooq.AttemptTimedOut is raised in the handler.",
-        section="kinds")
+        section="kinds",
+    )
     max_execution_timeout: Key[timedelta] = Key(
-        "QUEUE_MAX_EXECUTION_TIMEOUT", v.duration(zero_ok=False), "5m",
+        "QUEUE_MAX_EXECUTION_TIMEOUT",
+        v.duration(zero_ok=False),
+        "5m",
         "Hard limit of an attempt: the supervisor SIGKILLs the worker (a recorded failure).",
-        section="kinds")
+        section="kinds",
+    )
     backoff_base: Key[timedelta] = Key(
-        "QUEUE_BACKOFF_BASE", v.duration(zero_ok=False), "1s",
+        "QUEUE_BACKOFF_BASE",
+        v.duration(zero_ok=False),
+        "1s",
         "Retry backoff: d = min(base * 2^(attempt-1), max), the delay uniform in [d/2, d].",
-        section="kinds")
+        section="kinds",
+    )
     backoff_max: Key[timedelta] = Key(
-        "QUEUE_BACKOFF_MAX", v.duration(zero_ok=False), "1m",
-        "The longest retry backoff (and the longest brooq.Delay).", section="kinds")
+        "QUEUE_BACKOFF_MAX",
+        v.duration(zero_ok=False),
+        "1m",
+        "The longest retry backoff (and the longest brooq.Delay).",
+        section="kinds",
+    )
     max_attempts: Key[int] = Key(
-        "QUEUE_MAX_ATTEMPTS", v.integer(1, 1_000_000), "5",
+        "QUEUE_MAX_ATTEMPTS",
+        v.integer(1, 1_000_000),
+        "5",
         "Charged attempts (lease expiries do not count) before a failing job goes dead.",
-        section="kinds")
+        section="kinds",
+    )
     reaper_period: Key[timedelta] = Key(
-        "QUEUE_REAPER_PERIOD", v.duration(zero_ok=False), None,
+        "QUEUE_REAPER_PERIOD",
+        v.duration(zero_ok=False),
+        None,
         "How often expired leases go back to pending. Empty: max(5s, lease/4).",
-        section="maintenance", example="30s, or leave it unset for max(5s, lease/4)",
-        computed=_reaper_period)
+        section="maintenance",
+        example="30s, or leave it unset for max(5s, lease/4)",
+        computed=_reaper_period,
+    )
     max_expirations: Key[int] = Key(
-        "QUEUE_MAX_EXPIRATIONS", v.integer(0, 1_000_000), "5",
+        "QUEUE_MAX_EXPIRATIONS",
+        v.integer(0, 1_000_000),
+        "5",
         "A job whose lease expired this many times in a row (its holder died every time it "
         "ran: it may be killing its host) is moved to dead by the reaper (0 = never).",
-        section="maintenance", example="5, or 0 for never")
+        section="maintenance",
+        example="5, or 0 for never",
+    )
     retention_ttl: Key[timedelta] = Key(
-        "QUEUE_RETENTION_TTL", v.duration(zero_ok=True), "720h",
+        "QUEUE_RETENTION_TTL",
+        v.duration(zero_ok=True),
+        "720h",
         "Terminal rows (done, dead, canceled) older than this are deleted; 0 disables "
         "retention. It is also the idempotency window: a key is free again once its row is gone.",
-        section="maintenance", example="720h, or 0 to disable retention")
+        section="maintenance",
+        example="720h, or 0 to disable retention",
+    )
     retention_batch: Key[int] = Key(
-        "QUEUE_RETENTION_BATCH", v.integer(1, 1_000_000), "1000",
-        "Rows deleted per retention transaction.", section="maintenance")
+        "QUEUE_RETENTION_BATCH",
+        v.integer(1, 1_000_000),
+        "1000",
+        "Rows deleted per retention transaction.",
+        section="maintenance",
+    )
     retention_period: Key[timedelta] = Key(
-        "QUEUE_RETENTION_PERIOD", v.duration(zero_ok=True), "0",
+        "QUEUE_RETENTION_PERIOD",
+        v.duration(zero_ok=True),
+        "0",
         "How often retention runs (0 = automatic: 5m).",
-        section="maintenance", example="5m, or 0 for automatic",
-        computed=lambda values: _AUTO_RETENTION_PERIOD)
+        section="maintenance",
+        example="5m, or 0 for automatic",
+        computed=lambda values: _AUTO_RETENTION_PERIOD,
+    )
     watchdog_grace: Key[timedelta] = Key(
-        "QUEUE_WATCHDOG_GRACE", v.duration(zero_ok=False), None,
+        "QUEUE_WATCHDOG_GRACE",
+        v.duration(zero_ok=False),
+        None,
         "How long an interrupted handler (timeout, cancel, lease lost) may take to exit "
         "before SIGKILL. Empty: the lease.",
-        section="workers", example="1m, or leave it unset to use the lease",
-        commands=(SUPERVISE,), computed=lambda values: values["lease"])
+        section="workers",
+        example="1m, or leave it unset to use the lease",
+        commands=(SUPERVISE,),
+        computed=lambda values: values["lease"],
+    )
     max_jobs_per_worker: Key[int] = Key(
-        "QUEUE_MAX_JOBS_PER_WORKER", v.integer(0), "0",
+        "QUEUE_MAX_JOBS_PER_WORKER",
+        v.integer(0),
+        "0",
         "Recycle a worker process after this many jobs (0 = never).",
-        section="workers", example="1000, or 0 for unlimited", commands=(SUPERVISE,))
+        section="workers",
+        example="1000, or 0 for unlimited",
+        commands=(SUPERVISE,),
+    )
     max_memory_per_worker: Key[int] = Key(
-        "QUEUE_MAX_MEMORY_PER_WORKER", v.size(zero_ok=True), "0",
+        "QUEUE_MAX_MEMORY_PER_WORKER",
+        v.size(zero_ok=True),
+        "0",
         "Recycle a worker process above this resident size, between jobs (0 = no limit).",
-        section="workers", example="512MiB, or 0 for unlimited", commands=(SUPERVISE,))
+        section="workers",
+        example="512MiB, or 0 for unlimited",
+        commands=(SUPERVISE,),
+    )
     prefetch: Key[int | None] = Key(
-        "QUEUE_PREFETCH", v.integer(0, 10_000), None,
+        "QUEUE_PREFETCH",
+        v.integer(0, 10_000),
+        None,
         "Jobs a supervisor claims ahead of its idle workers, so a worker that finishes gets "
         "its next job without waiting for the database. Empty: the number of workers; 0: "
         "claim only for idle workers.",
-        section="workers", example="8, or 0", commands=(SUPERVISE,))
+        section="workers",
+        example="8, or 0",
+        commands=(SUPERVISE,),
+    )
     graceful_timeout: Key[timedelta] = Key(
-        "QUEUE_GRACEFUL_TIMEOUT", v.duration(zero_ok=True), "30s",
+        "QUEUE_GRACEFUL_TIMEOUT",
+        v.duration(zero_ok=True),
+        "30s",
         "On SIGTERM, how long running jobs may finish before their workers are killed "
         "(their jobs go back to pending, uncharged).",
-        section="workers", commands=(SUPERVISE,))
+        section="workers",
+        commands=(SUPERVISE,),
+    )
     max_payload_bytes: Key[int] = Key(
-        "QUEUE_MAX_PAYLOAD_BYTES", v.size(zero_ok=False), "1MiB",
-        "Largest accepted payload (encoded JSON).", section="enqueue")
+        "QUEUE_MAX_PAYLOAD_BYTES",
+        v.size(zero_ok=False),
+        "1MiB",
+        "Largest accepted payload (encoded JSON).",
+        section="enqueue",
+    )
     notify: Key[bool] = Key(
-        "QUEUE_NOTIFY", v.BOOL, "true",
-        "NOTIFY on enqueue so idle workers wake at once (true/false).", section="enqueue")
+        "QUEUE_NOTIFY",
+        v.BOOL,
+        "true",
+        "NOTIFY on enqueue so idle workers wake at once (true/false).",
+        section="enqueue",
+    )
     http_addr: Key[str] = Key(
-        "HTTP_ADDR", v.ADDR, "127.0.0.1:8090",
+        "HTTP_ADDR",
+        v.ADDR,
+        "127.0.0.1:8090",
         "Address of /metrics, /healthz and the dashboard (loopback only unless "
         "HTTP_ALLOW_REMOTE; port 0 = any free).",
-        section="surface", commands=(SUPERVISE, DASHBOARD))
+        section="surface",
+        commands=(SUPERVISE, DASHBOARD),
+    )
     http_allow_remote: Key[bool] = Key(
-        "HTTP_ALLOW_REMOTE", v.BOOL, "false",
+        "HTTP_ALLOW_REMOTE",
+        v.BOOL,
+        "false",
         "Allow a non-loopback HTTP_ADDR (BROOQ_TOKEN of at least 32 bytes then required).",
-        section="surface", commands=(SUPERVISE, DASHBOARD))
+        section="surface",
+        commands=(SUPERVISE, DASHBOARD),
+    )
     token: Key[str | None] = Key(
-        "BROOQ_TOKEN", v.TEXT, None,
+        "BROOQ_TOKEN",
+        v.TEXT,
+        None,
         "Bearer token of the job endpoints and dashboard actions (secret). Unset: those "
         "endpoints are off and the dashboard is read-only; /metrics and /healthz never need it.",
-        section="secrets", secret=True)
+        section="secrets",
+        secret=True,
+    )
     log_format: Key[LogFormat] = Key(
-        "LOG_FORMAT", v.choice("kv", "json"), "kv", "Log lines as kv (key=value) or json.",
-        section="surface", commands=(GLOBAL,))
+        "LOG_FORMAT",
+        v.choice("kv", "json"),
+        "kv",
+        "Log lines as kv (key=value) or json.",
+        section="surface",
+        commands=(GLOBAL,),
+    )
     log_level: Key[LogLevel] = Key(
-        "LOG_LEVEL", v.choice("debug", "info", "warning", "error"), "info",
-        "debug, info, warning or error.", section="surface", commands=(GLOBAL,))
+        "LOG_LEVEL",
+        v.choice("debug", "info", "warning", "error"),
+        "info",
+        "debug, info, warning or error.",
+        section="surface",
+        commands=(GLOBAL,),
+    )
 
     def __init__(
         self,
@@ -340,8 +460,12 @@ def order_problems(values: Mapping[str, Any]) -> list[tuple[str, str]]:
         small, big = values.get(low), values.get(high)
         if isinstance(small, timedelta) and isinstance(big, timedelta) and small > big:
             low_env, high_env = BY_ATTR[low].env, BY_ATTR[high].env
-            out.append((low_env,
-                        f"{format_duration(small)} is longer than {high_env} "
-                        f"({format_duration(big)}); write at most {format_duration(big)} "
-                        f"or raise {high_env}"))
+            out.append(
+                (
+                    low_env,
+                    f"{format_duration(small)} is longer than {high_env} "
+                    f"({format_duration(big)}); write at most {format_duration(big)} "
+                    f"or raise {high_env}",
+                )
+            )
     return out

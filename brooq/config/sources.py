@@ -23,7 +23,6 @@ CREDENTIAL_FILES = {"database-url": "DATABASE_URL", "brooq-token": "BROOQ_TOKEN"
 """Files of $CREDENTIALS_DIRECTORY (systemd LoadCredential=) and the setting each holds."""
 
 
-
 @dataclass
 class _Report:
     problems: list[str] = field(default_factory=list)

@@ -39,8 +39,11 @@ class Executed:
     @property
     def has_effects(self) -> bool:
         """True when a DONE must be written with chained jobs or hooks, in one transaction."""
-        return (self.outcome.kind is SettleKind.DONE and self.claim is not None
-                and bool(self.claim.chained or self.claim.hooks))
+        return (
+            self.outcome.kind is SettleKind.DONE
+            and self.claim is not None
+            and bool(self.claim.chained or self.claim.hooks)
+        )
 
 
 class Executor:
@@ -73,7 +76,8 @@ class Executor:
         outcome = decide(error, claimed.attempt, options)
         if error is not None and outcome.kind is not SettleKind.ABANDON:
             log.warning(
-                "handler failed", exc_info=error,
+                "handler failed",
+                exc_info=error,
                 extra={"job_id": claimed.id, "topic": claimed.topic, "attempt": claimed.attempt},
             )
         return Executed(claimed, outcome, options, claim, started)
@@ -81,10 +85,14 @@ class Executor:
     def _claim(self, claimed: Claimed, payload: Any, options: KindOptions) -> Claim:
         timeout = options.attempt_timeout
         return Claim(
-            id=claimed.id, topic=claimed.topic, payload=payload, attempt=claimed.attempt,
+            id=claimed.id,
+            topic=claimed.topic,
+            payload=payload,
+            attempt=claimed.attempt,
             lease=Lease(claimed.ticket.holder, claimed.locked_until),
             deadline=datetime.now(UTC) + timeout if timeout else None,
-            max_attempts=options.max_attempts, expirations=claimed.expirations,
+            max_attempts=options.max_attempts,
+            expirations=claimed.expirations,
         )
 
     def _call(self, kind: Kind, claim: Claim, timeout: timedelta | None) -> BaseException | None:

@@ -123,16 +123,28 @@ class InMemoryStore:
                     return Enqueued(row.id, False, row.state)
         now = self.now()
         row = JobRecord(
-            id=new_job_id(), topic=job.topic, payload=decode_payload(encode_payload(job.payload)),
-            state=State.PENDING, attempts=0, available_at=job.available_at or now,
-            locked_by=None, locked_until=None, idempotency_key=job.idempotency_key,
-            priority=job.priority, last_error=None, created_at=now, updated_at=now,
+            id=new_job_id(),
+            topic=job.topic,
+            payload=decode_payload(encode_payload(job.payload)),
+            state=State.PENDING,
+            attempts=0,
+            available_at=job.available_at or now,
+            locked_by=None,
+            locked_until=None,
+            idempotency_key=job.idempotency_key,
+            priority=job.priority,
+            last_error=None,
+            created_at=now,
+            updated_at=now,
         )
         self.rows[row.id] = row
         return Enqueued(row.id, True)
 
     def claim(
-        self, holder: str, topics: Sequence[str], lease: timedelta,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
         limits: Mapping[str, int] | None = None,
     ) -> Claimed | None:
         """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
@@ -140,7 +152,11 @@ class InMemoryStore:
         return claimed[0] if claimed else None
 
     def claim_many(
-        self, holder: str, topics: Sequence[str], lease: timedelta, limit: int,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
+        limit: int,
         limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
         """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits``."""
@@ -148,8 +164,11 @@ class InMemoryStore:
             now, limits = self.now(), limits or {}
             running = Counter(r.topic for r in self.rows.values() if r.state is State.PROCESSING)
             ready = sorted(
-                (r for r in self.rows.values()
-                 if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics),
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
+                ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )
             out: list[Claimed] = []
@@ -163,25 +182,45 @@ class InMemoryStore:
             return out
 
     def _take(self, row: JobRecord, holder: str, lease: timedelta, now: datetime) -> Claimed:
-        row = replace(row, state=State.PROCESSING, locked_by=holder, locked_until=now + lease,
-                      attempts=row.attempts + 1, updated_at=now)
+        row = replace(
+            row,
+            state=State.PROCESSING,
+            locked_by=holder,
+            locked_until=now + lease,
+            attempts=row.attempts + 1,
+            updated_at=now,
+        )
         self.rows[row.id] = row
-        return Claimed(Ticket(row.id, holder, row.attempts), row.topic,
-                       json.dumps(row.payload, ensure_ascii=False), now + lease,
-                       row.expirations, row.priority, row.available_at)
+        return Claimed(
+            Ticket(row.id, holder, row.attempts),
+            row.topic,
+            json.dumps(row.payload, ensure_ascii=False),
+            now + lease,
+            row.expirations,
+            row.priority,
+            row.available_at,
+        )
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """The latest available_at among rows keyed by ``schedule``."""
         with self._lock:
-            times = [r.available_at for r in self.rows.values()
-                     if r.topic == schedule.topic and r.idempotency_key
-                     and r.idempotency_key.startswith(schedule.key_prefix)]
+            times = [
+                r.available_at
+                for r in self.rows.values()
+                if r.topic == schedule.topic
+                and r.idempotency_key
+                and r.idempotency_key.startswith(schedule.key_prefix)
+            ]
             return max(times, default=None)
 
     def _held(self, ticket: Ticket) -> JobRecord | None:
         row = self.rows.get(ticket.job_id)
-        if (row is None or row.state is not State.PROCESSING or row.locked_by != ticket.holder
-                or row.attempts != ticket.attempt):
+        if (
+            row is None
+            or row.state is not State.PROCESSING
+            or row.locked_by != ticket.holder
+            or row.attempts != ticket.attempt
+        ):
             return None
         return row
 
@@ -255,21 +294,30 @@ class InMemoryStore:
         """Return held rows to pending and give back their attempt."""
         with self._lock:
             now = self.now()  # one statement in PostgreSQL: one now() for every row
-            return {row.id for t in tickets
-                    if (row := self._held(t)) and self._give_back(row, now)}
+            return {row.id for t in tickets if (row := self._held(t)) and self._give_back(row, now)}
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
         """Give back every row ``holder`` holds that is not in ``known``."""
         with self._lock:
             keep, now = set(known), self.now()
-            return {row.id for row in list(self.rows.values())
-                    if row.state is State.PROCESSING and row.locked_by == holder
-                    and row.id not in keep and self._give_back(row, now)}
+            return {
+                row.id
+                for row in list(self.rows.values())
+                if row.state is State.PROCESSING
+                and row.locked_by == holder
+                and row.id not in keep
+                and self._give_back(row, now)
+            }
 
     def _give_back(self, row: JobRecord, now: datetime) -> bool:
         self.rows[row.id] = replace(
-            row, state=State.PENDING, attempts=max(row.attempts - 1, row.expirations),
-            locked_by=None, locked_until=None, available_at=now, updated_at=now,
+            row,
+            state=State.PENDING,
+            attempts=max(row.attempts - 1, row.expirations),
+            locked_by=None,
+            locked_until=None,
+            available_at=now,
+            updated_at=now,
         )
         return True
 
@@ -277,24 +325,42 @@ class InMemoryStore:
         """Return expired processing rows to pending, counting the expiry; dead at the max."""
         with self._lock:
             now = self.now()
-            expired = sorted((r for r in self.rows.values()
-                              if r.state is State.PROCESSING and r.locked_until is not None
-                              and r.locked_until < now), key=lambda r: r.locked_until or now)
+            expired = sorted(
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.state is State.PROCESSING
+                    and r.locked_until is not None
+                    and r.locked_until < now
+                ),
+                key=lambda r: r.locked_until or now,
+            )
             pending: Counter[str] = Counter()
             dead: Counter[str] = Counter()
             for row in expired[:batch]:
                 count, streak = row.expirations + 1, row.expiry_streak + 1
                 if max_expirations and streak >= max_expirations:
                     self.rows[row.id] = replace(
-                        row, state=State.DEAD, expirations=count, expiry_streak=streak,
-                        locked_until=None, available_at=now, updated_at=now,
+                        row,
+                        state=State.DEAD,
+                        expirations=count,
+                        expiry_streak=streak,
+                        locked_until=None,
+                        available_at=now,
+                        updated_at=now,
                         last_error=expired_text(streak, row),
                     )
                     dead[row.topic] += 1
                 else:
                     self.rows[row.id] = replace(
-                        row, state=State.PENDING, expirations=count, expiry_streak=streak,
-                        locked_by=None, locked_until=None, available_at=now, updated_at=now,
+                        row,
+                        state=State.PENDING,
+                        expirations=count,
+                        expiry_streak=streak,
+                        locked_by=None,
+                        locked_until=None,
+                        available_at=now,
+                        updated_at=now,
                     )
                     pending[row.topic] += 1
             return Requeued(_counts(pending), _counts(dead))
@@ -306,8 +372,11 @@ class InMemoryStore:
         with self._lock:
             cutoff = self.now() - ttl
             old = sorted(
-                (r for r in self.rows.values()
-                 if r.state in TERMINAL_STATES and r.updated_at < cutoff),
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.state in TERMINAL_STATES and r.updated_at < cutoff
+                ),
                 key=lambda r: r.updated_at,
             )[:batch]
             for row in old:
@@ -323,7 +392,9 @@ class InMemoryStore:
             if reason is not None:  # as PostgreSQL stores it: '' is a reason too
                 reason = "canceled: " + clean_reason(reason)
             self.rows[row.id] = replace(
-                row, state=State.CANCELED, updated_at=self.now(),
+                row,
+                state=State.CANCELED,
+                updated_at=self.now(),
                 last_error=reason if reason is not None else row.last_error,
             )
             return True
@@ -343,8 +414,10 @@ class InMemoryStore:
 
 def expired_text(count: int, row: JobRecord) -> str:
     """last_error of a job the reaper moved to dead (the same text PostgreSQL writes)."""
-    return (f"lease expired {count} times in a row: its holder died every time it ran "
-            f"(last holder {row.locked_by}); the job may be killing its host")
+    return (
+        f"lease expired {count} times in a row: its holder died every time it ran "
+        f"(last holder {row.locked_by}); the job may be killing its host"
+    )
 
 
 def _counts(counter: Counter[str]) -> list[TopicCount]:

@@ -79,8 +79,7 @@ class Registry:
         """The complete options of ``topic``: its own, then the defaults."""
         complete = self._complete.get(topic)
         if complete is None:
-            complete = self._complete[topic] = self.get(topic).options.with_defaults(
-                self._defaults)
+            complete = self._complete[topic] = self.get(topic).options.with_defaults(self._defaults)
         return complete
 
     def topics(self) -> list[str]:

@@ -110,7 +110,7 @@ def format_traceback(error: BaseException) -> str | None:
         return None
     # Keep the end: the innermost frames say where it failed.
     if len(text) > LAST_TRACEBACK_MAX_CHARS:
-        text = "…" + text[-(LAST_TRACEBACK_MAX_CHARS - 1):]
+        text = "…" + text[-(LAST_TRACEBACK_MAX_CHARS - 1) :]
     return safe_text(text)
 
 
@@ -136,16 +136,32 @@ def decide(
             return Outcome(SettleKind.CANCELED, "canceled", error=error_text, traceback=trace)
         case PreserveAttempt():
             delay = backoff(attempt, base, cap, rand)
-            return Outcome(SettleKind.FAILED, "preserved", delay, refund_attempt=True,
-                           error=error_text, traceback=trace)
+            return Outcome(
+                SettleKind.FAILED,
+                "preserved",
+                delay,
+                refund_attempt=True,
+                error=error_text,
+                traceback=trace,
+            )
         case Delay() if not last:
-            return Outcome(SettleKind.FAILED, "delayed", min(signal.delay, cap),
-                           error=error_text, traceback=trace)
+            return Outcome(
+                SettleKind.FAILED,
+                "delayed",
+                min(signal.delay, cap),
+                error=error_text,
+                traceback=trace,
+            )
         case _ if last:
             return Outcome(SettleKind.DEAD, "dead", error=error_text, traceback=trace)
         case _:
-            return Outcome(SettleKind.FAILED, "failed", backoff(attempt, base, cap, rand),
-                           error=error_text, traceback=trace)
+            return Outcome(
+                SettleKind.FAILED,
+                "failed",
+                backoff(attempt, base, cap, rand),
+                error=error_text,
+                traceback=trace,
+            )
 
 
 def crash_outcome(reason: str, attempt: int, options: KindOptions) -> Outcome:

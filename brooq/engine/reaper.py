@@ -34,10 +34,16 @@ class Reaper:
         for topic, n in done.pending:
             log.info("JobRequeued", extra={"event": "JobRequeued", "topic": topic, "count": n})
         for topic, n in done.dead:
-            log.warning("JobDead", extra={
-                "event": "JobDead", "topic": topic, "count": n,
-                "error": f"lease expired {self.max_expirations} times in a row: its holder died "
-                         "every time it ran; the job may be killing its host"})
+            log.warning(
+                "JobDead",
+                extra={
+                    "event": "JobDead",
+                    "topic": topic,
+                    "count": n,
+                    "error": f"lease expired {self.max_expirations} times in a row: its "
+                    "holder died every time it ran; the job may be killing its host",
+                },
+            )
         if done.total >= self.batch:
             self.every.hurry()
         return done

@@ -55,14 +55,18 @@ class Retention:
                 break
         else:
             if not self.backlog:  # once per backlog, not once per tick while it lasts
-                log.warning("retention backlog: more terminal rows remain; the next ticks go on",
-                            extra={"event": "RetentionBacklog", "batches": self.max_batches})
+                log.warning(
+                    "retention backlog: more terminal rows remain; the next ticks go on",
+                    extra={"event": "RetentionBacklog", "batches": self.max_batches},
+                )
             self.backlog = True
             self.every.hurry()
         merged = merge_counts(deleted)
         if merged:
-            log.info("RetentionDeleted", extra={"event": "RetentionDeleted",
-                                                "rows": sum(n for _, n in merged)})
+            log.info(
+                "RetentionDeleted",
+                extra={"event": "RetentionDeleted", "rows": sum(n for _, n in merged)},
+            )
         return merged
 
     def tick(self, now: float) -> list[TopicCount]:

@@ -92,8 +92,9 @@ class SlotRunner:
         self.topics = list(topics) if topics is not None else kinds.topics()
         self.listener = listener
         self.executor = Executor(kinds)
-        self.limits = {t: n for t in self.topics
-                       if t in kinds and (n := kinds.options(t).max_running)}
+        self.limits = {
+            t: n for t in self.topics if t in kinds and (n := kinds.options(t).max_running)
+        }
 
     @property
     def interrupts(self) -> InterruptScope:

@@ -117,14 +117,21 @@ class Store(Protocol):
         ...
 
     def claim(
-        self, holder: str, topics: Sequence[str], lease: timedelta,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
         limits: Mapping[str, int] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` for ``holder`` (claim_many of one)."""
         ...
 
     def claim_many(
-        self, holder: str, topics: Sequence[str], lease: timedelta, limit: int,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
+        limit: int,
         limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
         """Take up to ``limit`` ready jobs of ``topics`` for ``holder``, charging one attempt each.

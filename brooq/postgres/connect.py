@@ -102,7 +102,10 @@ def use_pgbouncer(on: bool = True) -> None:
 
 
 def connect(
-    conninfo: str, *, statement_timeout: timedelta | None = None, prepare: bool = True,
+    conninfo: str,
+    *,
+    statement_timeout: timedelta | None = None,
+    prepare: bool = True,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
     """Open one autocommit connection; StoreUnavailable (password-free) when it fails.
@@ -200,8 +203,10 @@ class Connector:
                 yield conn
 
     @staticmethod
-    def _limited(conn: psycopg.Connection[Any], timeout: timedelta,
-                 ) -> Iterator[psycopg.Connection[Any]]:
+    def _limited(
+        conn: psycopg.Connection[Any],
+        timeout: timedelta,
+    ) -> Iterator[psycopg.Connection[Any]]:
         # Through a transaction pooler a session setting would stick to a server
         # connection someone else gets next: bound this operation's transaction only.
         ms = f"{max(1, int(timeout.total_seconds() * 1000))}ms"
@@ -218,8 +223,11 @@ class Connector:
         self._own_pid = os.getpid()
         if self._own is None or self._own.closed or self._own.broken:
             assert self._conninfo is not None
-            self._own = connect(self._conninfo, statement_timeout=self.source.statement_timeout,
-                                prepare=self.source.prepare)
+            self._own = connect(
+                self._conninfo,
+                statement_timeout=self.source.statement_timeout,
+                prepare=self.source.prepare,
+            )
             self._terminate_cut(self._own)
         return self._own
 
@@ -229,8 +237,10 @@ class Connector:
         if not cut:
             return
         with contextlib.suppress(psycopg.Error):
-            conn.execute(sql("terminate_cut_backends"),
-                         {"pids": [pid for pid, _ in cut], "ports": [port for _, port in cut]})
+            conn.execute(
+                sql("terminate_cut_backends"),
+                {"pids": [pid for pid, _ in cut], "ports": [port for _, port in cut]},
+            )
 
     def _drop_if_unusable(self) -> None:
         conn = self._own

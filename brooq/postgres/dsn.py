@@ -21,8 +21,16 @@ from brooq.vocabulary.secrets import (
     scrub,
 )
 
-__all__ = ["MALFORMED", "REDACTED", "dsn_passwords", "is_local", "is_url", "looks_like_dsn",
-           "redact_dsn", "scrub"]
+__all__ = [
+    "MALFORMED",
+    "REDACTED",
+    "dsn_passwords",
+    "is_local",
+    "is_url",
+    "looks_like_dsn",
+    "redact_dsn",
+    "scrub",
+]
 
 MALFORMED = (
     "the connection string is malformed (value hidden); check DATABASE_URL "

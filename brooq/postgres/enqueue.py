@@ -33,9 +33,15 @@ class PreparedBatch:
     def params_one(self, notify: bool) -> dict[str, Any]:
         """Parameters of ``enqueue_one`` for a batch of one."""
         job = self.jobs[0]
-        return {"id": self.ids[0], "topic": job.topic, "payload": self.payloads[0],
-                "key": job.idempotency_key, "available_at": job.available_at,
-                "priority": job.priority, "notify": notify}
+        return {
+            "id": self.ids[0],
+            "topic": job.topic,
+            "payload": self.payloads[0],
+            "key": job.idempotency_key,
+            "available_at": job.available_at,
+            "priority": job.priority,
+            "notify": notify,
+        }
 
     def params_many(self, notify: bool) -> dict[str, Any]:
         """Parameters of ``enqueue_many``: the jobs as one JSON array (payloads spliced in)."""
@@ -43,7 +49,7 @@ class PreparedBatch:
         topics: dict[str, str] = {}  # a batch has few topics: encode each once
         rows = [
             f'{{"id":"{job_id}","topic":'
-            f'{topics.get(job.topic) or topics.setdefault(job.topic, dumps(job.topic))},'
+            f"{topics.get(job.topic) or topics.setdefault(job.topic, dumps(job.topic))},"
             f'"payload":{payload},'
             f'"key":{"null" if job.idempotency_key is None else dumps(job.idempotency_key)},'
             f'"at":{dumps(job.available_at.isoformat()) if job.available_at else "null"},'
@@ -71,8 +77,7 @@ class PreparedBatch:
 
     def results(self, inserted: set[str], existing: Iterable[Row]) -> list[Enqueued]:
         """One Enqueued per job, in order: created, or the id of the row that held the key."""
-        held = {(topic, key): (str(job_id), State(state))
-                for topic, key, job_id, state in existing}
+        held = {(topic, key): (str(job_id), State(state)) for topic, key, job_id, state in existing}
         out = []
         for job_id, job in zip(self.ids, self.jobs, strict=True):
             if job_id in inserted:
@@ -96,7 +101,10 @@ def _conflict() -> EnqueueConflict:
 
 
 def enqueue_on(
-    conn: psycopg.Connection[Any], jobs: Sequence[Job], *, notify: bool = True,
+    conn: psycopg.Connection[Any],
+    jobs: Sequence[Job],
+    *,
+    notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> list[Enqueued]:
     """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open.
@@ -118,7 +126,10 @@ def enqueue_on(
 
 
 async def enqueue_on_async(
-    aconn: psycopg.AsyncConnection[Any], jobs: Sequence[Job], *, notify: bool = True,
+    aconn: psycopg.AsyncConnection[Any],
+    jobs: Sequence[Job],
+    *,
+    notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> list[Enqueued]:
     """:func:`enqueue_on` for an asyncio connection."""
@@ -135,5 +146,3 @@ async def enqueue_on_async(
         cur = await aconn.execute(sql("existing_keys"), batch.missing_keys(inserted))
         existing = await cur.fetchall()
     return batch.results(inserted, existing)
-
-

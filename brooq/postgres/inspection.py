@@ -40,10 +40,15 @@ class PostgresInspection:
     all, but never holds its caller (a supervisor's HTTP thread) for long.
     """
 
-    def __init__(self, source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
-                 timeout: timedelta = READ_TIMEOUT, prepare: bool = True) -> None:
-        self.connector = (source if isinstance(source, Connector)
-                          else Connector(Source(source, prepare=prepare)))
+    def __init__(
+        self,
+        source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
+        timeout: timedelta = READ_TIMEOUT,
+        prepare: bool = True,
+    ) -> None:
+        self.connector = (
+            source if isinstance(source, Connector) else Connector(Source(source, prepare=prepare))
+        )
         self.timeout = timeout
 
     @contextmanager
@@ -67,9 +72,12 @@ class PostgresInspection:
     def running(self) -> list[RunningJob]:
         """Jobs in flight with holder and seconds of lease left."""
         with self._reading() as cur:
-            return [RunningJob(**{**row, "id": str(row["id"]),
-                                  "lease_left_s": _seconds(row["lease_left_s"])})
-                    for row in cur.execute(sql("running"))]
+            return [
+                RunningJob(
+                    **{**row, "id": str(row["id"]), "lease_left_s": _seconds(row["lease_left_s"])}
+                )
+                for row in cur.execute(sql("running"))
+            ]
 
     def recent_dead(self, since: timedelta, limit: int = 20) -> list[DeadJob]:
         """Jobs that went dead within ``since``, newest first."""
@@ -98,12 +106,16 @@ class PostgresInspection:
     def list_jobs(self, where: JobFilter) -> JobPage:
         """One page of the jobs ``where`` matches, newest ``updated_at`` first."""
         size = where.page_size
-        params = {**where.params(), "limit": size + 1,
-                  "after_at": where.after.updated_at if where.after else None,
-                  "after_id": where.after.id if where.after else None}
+        params = {
+            **where.params(),
+            "limit": size + 1,
+            "after_at": where.after.updated_at if where.after else None,
+            "after_id": where.after.id if where.after else None,
+        }
         with self._reading() as cur:
-            rows = [JobRow(**{**r, "id": str(r["id"])})
-                    for r in cur.execute(sql("list_jobs"), params)]
+            rows = [
+                JobRow(**{**r, "id": str(r["id"])}) for r in cur.execute(sql("list_jobs"), params)
+            ]
         more = len(rows) > size
         rows = rows[:size]
         return JobPage(rows, Cursor(rows[-1].updated_at, rows[-1].id) if more else None)
@@ -114,8 +126,10 @@ class PostgresInspection:
             row = cur.execute(sql("count_jobs"), where.params()).fetchone()
         return int(row["jobs"]) if row else 0
 
-    def supervisors(self, alive_within: timedelta = SUPERVISOR_ALIVE_WITHIN,
-                    ) -> list[SupervisorRow]:
+    def supervisors(
+        self,
+        alive_within: timedelta = SUPERVISOR_ALIVE_WITHIN,
+    ) -> list[SupervisorRow]:
         """Every registered supervisor, live ones first."""
         with self._reading() as cur:
             rows = cur.execute(sql("supervisors"), {"alive_within": alive_within}).fetchall()
@@ -143,11 +157,23 @@ def _seconds(value: Any) -> float | None:
 def supervisor_row(row: dict[str, Any]) -> SupervisorRow:
     """A SupervisorRow from a row of the ``supervisors`` statement."""
     workers = tuple(
-        WorkerSnapshot(pid=int(w["pid"]), slot=int(w["slot"]), job_id=w.get("job_id"),
-                       topic=w.get("topic"),
-                       started_at=datetime.fromisoformat(w["started_at"])
-                       if w.get("started_at") else None)
-        for w in row["workers"] or [])
-    return SupervisorRow(holder=row["holder"], host=row["host"], pid=row["pid"], app=row["app"],
-                         topics=tuple(row["topics"] or ()), started_at=row["started_at"],
-                         seen_at=row["seen_at"], workers=workers, alive=bool(row["alive"]))
+        WorkerSnapshot(
+            pid=int(w["pid"]),
+            slot=int(w["slot"]),
+            job_id=w.get("job_id"),
+            topic=w.get("topic"),
+            started_at=datetime.fromisoformat(w["started_at"]) if w.get("started_at") else None,
+        )
+        for w in row["workers"] or []
+    )
+    return SupervisorRow(
+        holder=row["holder"],
+        host=row["host"],
+        pid=row["pid"],
+        app=row["app"],
+        topics=tuple(row["topics"] or ()),
+        started_at=row["started_at"],
+        seen_at=row["seen_at"],
+        workers=workers,
+        alive=bool(row["alive"]),
+    )

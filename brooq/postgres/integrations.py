@@ -64,7 +64,8 @@ def django_connection(alias: str = "default") -> psycopg.Connection[Any]:
     wrapper = connections[alias]
     wrapper.ensure_connection()
     return _psycopg(
-        wrapper.connection, "Django",
+        wrapper.connection,
+        "Django",
         "use ENGINE django.db.backends.postgresql with psycopg 3 installed (Django 4.2+)",
     )
 

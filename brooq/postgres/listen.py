@@ -39,8 +39,9 @@ class Listener:
     def __init__(self, dsn: str | None, *, jobs: bool = True, cancels: bool = True) -> None:
         self.dsn = dsn
         """None: no LISTEN at all (a bouncer's DSN and no QUEUE_LISTEN_URL); callers poll."""
-        self.statements = [sql(n) for n, on in (("listen_jobs", jobs),
-                                                  ("listen_cancels", cancels)) if on]
+        self.statements = [
+            sql(n) for n, on in (("listen_jobs", jobs), ("listen_cancels", cancels)) if on
+        ]
         self.conn: psycopg.Connection[object] | None = None
         self.missed = False
         """True after a reconnect: notifications may have been lost meanwhile."""

@@ -67,8 +67,9 @@ def status(dsn: str) -> list[MigrationStatus]:
     """Every shipped migration, in order, with whether it is applied."""
     with _backend(dsn) as backend:
         applied = backend.get_applied_migration_hashes()
-    return [MigrationStatus(m.id, m.hash in applied)
-            for m in read_migrations(str(migrations_dir()))]
+    return [
+        MigrationStatus(m.id, m.hash in applied) for m in read_migrations(str(migrations_dir()))
+    ]
 
 
 def up(dsn: str) -> list[str]:

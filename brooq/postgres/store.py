@@ -42,17 +42,41 @@ DEADLOCK_RETRIES = 5
 def record(row: Mapping[str, Any]) -> JobRecord:
     """A JobRecord from a row of the ``get`` statement (its payload still JSON text)."""
     payload, error = decode_stored_payload(row["payload"])
-    return JobRecord(**{**row, "id": str(row["id"]), "state": State(row["state"]),
-                        "payload": payload, "payload_error": error})
+    return JobRecord(
+        **{
+            **row,
+            "id": str(row["id"]),
+            "state": State(row["state"]),
+            "payload": payload,
+            "payload_error": error,
+        }
+    )
 
 
 def _claimed(rows: Iterable[Row], holder: str) -> list[Claimed]:
     # RETURNING does not keep the ORDER BY of the subquery: restore the claim order.
     ordered = sorted(rows, key=lambda r: (-r[6], r[7], str(r[0])))
-    return [Claimed(Ticket(str(job_id), holder, attempts), topic, payload, locked_until,
-                    expirations, priority, available_at)
-            for job_id, topic, payload, attempts, expirations, locked_until, priority, available_at
-            in ordered]
+    return [
+        Claimed(
+            Ticket(str(job_id), holder, attempts),
+            topic,
+            payload,
+            locked_until,
+            expirations,
+            priority,
+            available_at,
+        )
+        for (
+            job_id,
+            topic,
+            payload,
+            attempts,
+            expirations,
+            locked_until,
+            priority,
+            available_at,
+        ) in ordered
+    ]
 
 
 def _secrets_of(source: str | ConnectionPool | psycopg.Connection[Any]) -> list[str]:
@@ -74,29 +98,45 @@ def _hidden(outcome: Outcome, secrets: Sequence[str]) -> Outcome:
     failed to connect somewhere often quotes the DSN, password and all."""
     if outcome.error is None and outcome.traceback is None:
         return outcome
-    return replace(outcome, error=outcome.error and scrub(outcome.error, secrets),
-                   traceback=outcome.traceback and scrub(outcome.traceback, secrets))
+    return replace(
+        outcome,
+        error=outcome.error and scrub(outcome.error, secrets),
+        traceback=outcome.traceback and scrub(outcome.traceback, secrets),
+    )
 
 
 def _settle_params(ticket: Ticket, outcome: Outcome) -> dict[str, Any]:
     return {
-        "id": ticket.job_id, "holder": ticket.holder, "attempt": ticket.attempt,
-        "state": str(outcome.state), "refund": 1 if outcome.refund_attempt else 0,
-        "retry_in": outcome.retry_in or timedelta(0), "error": outcome.error,
+        "id": ticket.job_id,
+        "holder": ticket.holder,
+        "attempt": ticket.attempt,
+        "state": str(outcome.state),
+        "refund": 1 if outcome.refund_attempt else 0,
+        "retry_in": outcome.retry_in or timedelta(0),
+        "error": outcome.error,
         "traceback": outcome.traceback,
     }
 
 
 def _outcomes_json(settles: Sequence[tuple[Ticket, Outcome]]) -> str:
     """The outcomes of ``settle_many`` as one JSON array (PostgreSQL parses it fast)."""
-    return json.dumps([
-        {"id": t.job_id, "holder": t.holder, "attempt": t.attempt, "state": str(o.state),
-         "refund": 1 if o.refund_attempt else 0,
-         "retry_s": (o.retry_in or timedelta(0)).total_seconds(),
-         "error": o.error, "traceback": o.traceback}
-        for t, o in sorted(settles, key=lambda s: s[0].job_id)  # one lock order: no deadlock
-        if o.kind is not SettleKind.ABANDON
-    ], ensure_ascii=False)
+    return json.dumps(
+        [
+            {
+                "id": t.job_id,
+                "holder": t.holder,
+                "attempt": t.attempt,
+                "state": str(o.state),
+                "refund": 1 if o.refund_attempt else 0,
+                "retry_s": (o.retry_in or timedelta(0)).total_seconds(),
+                "error": o.error,
+                "traceback": o.traceback,
+            }
+            for t, o in sorted(settles, key=lambda s: s[0].job_id)  # one lock order: no deadlock
+            if o.kind is not SettleKind.ABANDON
+        ],
+        ensure_ascii=False,
+    )
 
 
 def _like_prefix(prefix: str) -> str:
@@ -143,20 +183,26 @@ class PostgresStore:
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
         """Insert jobs in one statement; in ``conn``'s open transaction when given."""
         if conn is not None:
-            return enqueue_on(conn, jobs, notify=self.notify,
-                              max_payload_bytes=self.max_payload_bytes)
+            return enqueue_on(
+                conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+            )
         # One statement is atomic on its own: no BEGIN/COMMIT round trips.
         with self.connector.connection() as own:
-            return enqueue_on(own, jobs, notify=self.notify,
-                              max_payload_bytes=self.max_payload_bytes)
+            return enqueue_on(
+                own, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+            )
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
         """Insert jobs on an asyncio connection, in its open transaction."""
-        return await enqueue_on_async(conn, jobs, notify=self.notify,
-                                      max_payload_bytes=self.max_payload_bytes)
+        return await enqueue_on_async(
+            conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+        )
 
     def claim(
-        self, holder: str, topics: Sequence[str], lease: timedelta,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
         limits: Mapping[str, int] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` (see claim_many)."""
@@ -164,7 +210,11 @@ class PostgresStore:
         return claimed[0] if claimed else None
 
     def claim_many(
-        self, holder: str, topics: Sequence[str], lease: timedelta, limit: int,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
+        limit: int,
         limits: Mapping[str, int] | None = None,
     ) -> list[Claimed]:
         """Take up to ``limit`` ready jobs of ``topics``: one guarded statement, SKIP LOCKED.
@@ -178,11 +228,14 @@ class PostgresStore:
         capped = [t for t in topics if t in caps]
         self._turn = not self._turn
         out: list[Claimed] = []
-        for group in ([free, capped] if self._turn else [capped, free]):
+        for group in [free, capped] if self._turn else [capped, free]:
             if group and len(out) < limit:
                 take = limit - len(out)
-                got = (self._claim_capped(holder, group, lease, take, caps) if group is capped
-                       else self._claim_free(holder, group, lease, take))
+                got = (
+                    self._claim_capped(holder, group, lease, take, caps)
+                    if group is capped
+                    else self._claim_free(holder, group, lease, take)
+                )
                 out.extend(got)
         return out
 
@@ -198,15 +251,24 @@ class PostgresStore:
             return _claimed(conn.execute(statement, params).fetchall(), holder)
 
     def _claim_capped(
-        self, holder: str, topics: Sequence[str], lease: timedelta, limit: int,
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
+        limit: int,
         limits: Mapping[str, int],
     ) -> list[Claimed]:
         out: list[Claimed] = []
         for topic in topics:
             if len(out) >= limit:
                 break
-            params = {"holder": holder, "lease": lease, "topic": topic,
-                      "limit": limit - len(out), "max_running": limits[topic]}
+            params = {
+                "holder": holder,
+                "lease": lease,
+                "topic": topic,
+                "limit": limit - len(out),
+                "max_running": limits[topic],
+            }
             with self.connector.connection() as conn, conn.transaction():
                 conn.execute(sql("lock_topic"), {"topic": topic})
                 out.extend(_claimed(conn.execute(sql("claim_topic_limited"), params), holder))
@@ -238,8 +300,9 @@ class PostgresStore:
     ) -> None:
         try:
             if chain:
-                enqueue_on(conn, chain, notify=self.notify,
-                           max_payload_bytes=self.max_payload_bytes)
+                enqueue_on(
+                    conn, chain, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+                )
             for hook in hooks:
                 hook(conn)
         except psycopg.OperationalError as exc:
@@ -302,8 +365,10 @@ class PostgresStore:
         """The reaper's one statement: at most ``batch`` expired leases, attempts untouched."""
         params = {"max_expirations": max_expirations, "batch": batch}
         rows = self._retrying(sql("requeue_expired"), params)
-        return Requeued(_counts(t for t, s in rows if s == "pending"),
-                        _counts(t for t, s in rows if s == "dead"))
+        return Requeued(
+            _counts(t for t, s in rows if s == "pending"),
+            _counts(t for t, s in rows if s == "dead"),
+        )
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
         """Delete one batch of terminal rows older than ``ttl`` in its own transaction."""
@@ -336,8 +401,7 @@ class PostgresStore:
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """When the latest run of ``schedule`` still in the table was due."""
-        params = {"topic": schedule.topic,
-                  "key_prefix": _like_prefix(schedule.key_prefix)}
+        params = {"topic": schedule.topic, "key_prefix": _like_prefix(schedule.key_prefix)}
         with self.connector.connection() as conn:
             row = conn.execute(sql("last_scheduled_run"), params).fetchone()
         return row[0] if row else None

@@ -53,8 +53,13 @@ from brooq.vocabulary import format_duration, holder_id
 log = logging.getLogger("brooq.supervisor")
 
 HANDLED_SIGNALS = (
-    signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP,
-    signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGQUIT,
+    signal.SIGHUP,
+    signal.SIGTTIN,
+    signal.SIGTTOU,
+    signal.SIGCHLD,
 )
 MAX_TICK_S = 1.0
 BUSY_TICK_S = 0.1
@@ -72,16 +77,24 @@ class Stopping(StrEnum):
 class Supervisor:
     """Forks and supervises the worker processes of one app; claims and settles for them."""
 
-    def __init__(self, queue: Queue, settings: Settings, slots: list[list[str]], dsn: str,
-                 name: str = "app", metrics: prom.Metrics | None = None,
-                 reloader: reload.Reloader | None = None) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        settings: Settings,
+        slots: list[list[str]],
+        dsn: str,
+        name: str = "app",
+        metrics: prom.Metrics | None = None,
+        reloader: reload.Reloader | None = None,
+    ) -> None:
         self.queue, self.settings, self.dsn, self.name = queue, settings, dsn, name
         self.metrics = metrics or prom.Metrics()
         self.holder = holder_id()
         self.pid = os.getpid()
         self.slots = [SlotState(sorted(t)) for t in slots]
-        self.workers = Processes(queue, settings, dsn, self.metrics, self.pid,
-                                 self.parent_fds, HANDLED_SIGNALS)
+        self.workers = Processes(
+            queue, settings, dsn, self.metrics, self.pid, self.parent_fds, HANDLED_SIGNALS
+        )
         self.children = self.workers.children
         self.exits = Exits(self)
         self.held = HeldJobs(self)
@@ -93,9 +106,12 @@ class Supervisor:
         self.stop_deadline = 0.0
         lease = settings.lease
         bound = max(lease / 3, timedelta(seconds=5))
-        self.store = PostgresStore(dsn, notify=settings.notify,
-                                   max_payload_bytes=settings.max_payload_bytes,
-                                   statement_timeout=bound)
+        self.store = PostgresStore(
+            dsn,
+            notify=settings.notify,
+            max_payload_bytes=settings.max_payload_bytes,
+            statement_timeout=bound,
+        )
         self.claims_store = PostgresStore(dsn, statement_timeout=bound)
         self.holdings = Holdings()
         self.surface: Surface | None = None
@@ -126,8 +142,9 @@ class Supervisor:
             os.set_inheritable(fd, False)
         prom.set_identity("supervisor")
         topics = self.queue.registry.topics()
-        self.metrics.initialise(topics, [str(r) for r in RESTART_REASONS],
-                                [s.name for s in self.queue.schedules])
+        self.metrics.initialise(
+            topics, [str(r) for r in RESTART_REASONS], [s.name for s in self.queue.schedules]
+        )
         self.surface = Surface.open(self)
         osproc.become_subreaper()
         signal.set_wakeup_fd(self.wake_w)
@@ -137,37 +154,65 @@ class Supervisor:
         if self.surface is not None:
             self.surface.start()
         osproc.title(f"brooq supervisor {self.name} workers={len(self.slots)}")
-        event(log, "SupervisorStarted", workers=len(self.slots), pid=self.pid,
-              holder=self.holder, http=self.surface.address if self.surface else "off")
+        event(
+            log,
+            "SupervisorStarted",
+            workers=len(self.slots),
+            pid=self.pid,
+            holder=self.holder,
+            http=self.surface.address if self.surface else "off",
+        )
 
     def start_services(self) -> None:
         """The database and LISTEN threads, and the services that use them."""
         s, lease = self.settings, self.settings.lease
         stuck_after = max(2.0, lease.total_seconds() / 6)
-        self.db = Lanes(DatabaseThread(self.claims_store.connector, stuck_after),
-                        DatabaseThread(self.store.connector, stuck_after))
+        self.db = Lanes(
+            DatabaseThread(self.claims_store.connector, stuck_after),
+            DatabaseThread(self.store.connector, stuck_after),
+        )
         self.inspection = PostgresInspection(self.store.connector)
         self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval)
-        limits = {t: n for t in self.queue.registry.topics()
-                  if (n := self.queue.registry.options(t).max_running)}
+        limits = {
+            t: n
+            for t in self.queue.registry.topics()
+            if (n := self.queue.registry.options(t).max_running)
+        }
         prefetch = len(self.slots) if s.prefetch is None else s.prefetch
         self.producer = Producer(
-            self.claims_store, self.db.claims, self.holder, lease,
-            sorted({slot.group for slot in self.slots}), limits, prefetch, s.poll_interval,
+            self.claims_store,
+            self.db.claims,
+            self.holder,
+            lease,
+            sorted({slot.group for slot in self.slots}),
+            limits,
+            prefetch,
+            s.poll_interval,
             max_wait=max(1.0, 2 * s.poll_interval.total_seconds()),
-            on_claimed=self.held.claimed)
+            on_claimed=self.held.claimed,
+        )
         self.completer = Completer(self.store, self.db.writes, self.held.flushed)
-        self.leases = LeaseKeeper(self.claims_store, self.db.claims, self.holdings, lease,
-                                  self.held.lost)
-        self.dispatcher = Dispatcher(self.queue.registry, self.producer, self.completer,
-                                     self.holdings, self.metrics, lease.total_seconds(),
-                                     self.workers.retire)
+        self.leases = LeaseKeeper(
+            self.claims_store, self.db.claims, self.holdings, lease, self.held.lost
+        )
+        self.dispatcher = Dispatcher(
+            self.queue.registry,
+            self.producer,
+            self.completer,
+            self.holdings,
+            self.metrics,
+            lease.total_seconds(),
+            self.workers.retire,
+        )
         self.maintenance = Maintenance(
-            self.db.writes, Reaper(self.store, Every(s.reaper_period), s.max_expirations),
+            self.db.writes,
+            Reaper(self.store, Every(s.reaper_period), s.max_expirations),
             Retention(self.store, s.retention_ttl, s.retention_batch, Every(s.retention_period)),
-            PeriodicScheduler(self.queue.schedules, self.store.enqueue_many,
-                              self.store.last_scheduled_run),
-            self.metrics)
+            PeriodicScheduler(
+                self.queue.schedules, self.store.enqueue_many, self.store.last_scheduled_run
+            ),
+            self.metrics,
+        )
         self.registration = Registration(self)  # brooq_supervisor row: `brooq workers`
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
@@ -279,8 +324,12 @@ class Supervisor:
         self.stopping = Stopping.GRACEFUL
         self.notifier.stopping("stopping: running jobs finish")
         self.stop_deadline = time.monotonic() + self.settings.graceful_timeout.total_seconds()
-        event(log, "SupervisorStopping", mode="graceful",
-              timeout=format_duration(self.settings.graceful_timeout))
+        event(
+            log,
+            "SupervisorStopping",
+            mode="graceful",
+            timeout=format_duration(self.settings.graceful_timeout),
+        )
         self.release(self.producer.drain(), "stopping")
         for child in self.workers:
             self.workers.retire(child)

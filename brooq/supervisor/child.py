@@ -72,8 +72,9 @@ class _Stopping(BaseException):
 class Worker:
     """The loop of one worker process."""
 
-    def __init__(self, queue: Queue, config: WorkerConfig, sock: int,
-                 metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, queue: Queue, config: WorkerConfig, sock: int, metrics: Metrics | None = None
+    ) -> None:
         self.queue, self.config, self.sock = queue, config, sock
         self.executor = Executor(queue.registry)
         self.metrics = metrics
@@ -89,8 +90,9 @@ class Worker:
         """The worker's own store, for settles with effects; connects on first use."""
         if self._store is None:
             c = self.config
-            self._store = PostgresStore(c.dsn, notify=c.notify,
-                                        max_payload_bytes=c.max_payload_bytes, prepare=c.prepare)
+            self._store = PostgresStore(
+                c.dsn, notify=c.notify, max_payload_bytes=c.max_payload_bytes, prepare=c.prepare
+            )
         return self._store
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -153,8 +155,15 @@ class Worker:
             finished = self.execute(claimed)
             self.jobs += 1
             leaving = self.leaving_reason()
-            self.send(protocol.Finished(finished.ticket, finished.outcome, finished.duration_s,
-                                        finished.written, leaving))
+            self.send(
+                protocol.Finished(
+                    finished.ticket,
+                    finished.outcome,
+                    finished.duration_s,
+                    finished.written,
+                    leaving,
+                )
+            )
             self.idle()
             return None if leaving is None else _exit_for(leaving)
         finally:
@@ -163,8 +172,10 @@ class Worker:
     def execute(self, claimed: Claimed) -> protocol.Finished:
         """Run the handler; settle here when the job has effects, else hand the outcome back."""
         options = self.executor.options(claimed.topic)
-        osproc.title(f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
-                     f"attempt {claimed.attempt}")
+        osproc.title(
+            f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
+            f"attempt {claimed.attempt}"
+        )
         self.log.claimed(claimed, options)
         owned = self.owned_fds()
         executed = self.executor.run(claimed)
@@ -193,9 +204,14 @@ class Worker:
         except StoreUnavailable as exc:
             # Nothing was written: the parent stops keeping the lease, the reaper
             # returns the job, and it runs again (at least once).
-            log.warning("database unavailable; the job will run again",
-                        extra={"event": "DatabaseUnavailable", "error": str(exc),
-                               "job_id": executed.claimed.id})
+            log.warning(
+                "database unavailable; the job will run again",
+                extra={
+                    "event": "DatabaseUnavailable",
+                    "error": str(exc),
+                    "job_id": executed.claimed.id,
+                },
+            )
             return executed.outcome, False
 
     def owned_fds(self) -> dict[int, osproc.FdIdentity]:
@@ -224,9 +240,15 @@ class Worker:
         if self._store is not None and self._store.connector.fileno() in damaged:
             self._store.connector.forget()
         self.damaged = True
-        log.warning("the handler closed descriptors the worker owns; it leaves after this job",
-                    extra={"event": "WorkerDamaged", "job_id": claimed.id,
-                           "topic": claimed.topic, "fds": ",".join(map(str, damaged))})
+        log.warning(
+            "the handler closed descriptors the worker owns; it leaves after this job",
+            extra={
+                "event": "WorkerDamaged",
+                "job_id": claimed.id,
+                "topic": claimed.topic,
+                "fds": ",".join(map(str, damaged)),
+            },
+        )
 
     def leaving_reason(self) -> str | None:
         """Why this worker must leave before its next job, or None."""
@@ -250,7 +272,10 @@ def _exit_for(reason: str) -> int:
 
 
 def worker_main(
-    queue: Queue, config: WorkerConfig, sock: int, parent_pid: int,
+    queue: Queue,
+    config: WorkerConfig,
+    sock: int,
+    parent_pid: int,
     metrics: Metrics | None = None,
 ) -> NoReturn:
     """Entry point after fork; never returns."""

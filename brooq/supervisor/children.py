@@ -118,8 +118,14 @@ class ChildProcess:
     @property
     def idle(self) -> bool:
         """Booted, running nothing, and staying: it may take a job."""
-        return (self.booted and self.job is None and not self.retiring and self.kill is None
-                and self.leaving is None and not self.closed)
+        return (
+            self.booted
+            and self.job is None
+            and not self.retiring
+            and self.kill is None
+            and self.leaving is None
+            and not self.closed
+        )
 
     def send(self, message: protocol.Message) -> None:
         """Queue ``message`` and write what the socket takes now (never blocks)."""

@@ -87,8 +87,14 @@ class Completer:
                 self.failures += 1
                 self.pending[:0] = batch  # first in line again, never dropped
                 self.not_before = now + min(RETRY_AFTER_S * self.failures, 5.0)
-                event(log, "FlushFailed", logging.WARNING, outcomes=len(batch),
-                      error=str(error), retry_in_s=round(self.not_before - now, 3))
+                event(
+                    log,
+                    "FlushFailed",
+                    logging.WARNING,
+                    outcomes=len(batch),
+                    error=str(error),
+                    retry_in_s=round(self.not_before - now, 3),
+                )
                 return
             self.failures, self.not_before = 0, 0.0
             ok = [p for p in batch if p.ticket.job_id in written]

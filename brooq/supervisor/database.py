@@ -123,9 +123,14 @@ class DatabaseThread:
         if task is None or task is self._aborted or now - task.started < self.stuck_after:
             return False
         self._aborted = task
-        event(log, "DatabaseStuck", logging.WARNING, task=task.name,
-              seconds=round(now - task.started, 1),
-              note="cutting the connection; the next task opens a new one")
+        event(
+            log,
+            "DatabaseStuck",
+            logging.WARNING,
+            task=task.name,
+            seconds=round(now - task.started, 1),
+            note="cutting the connection; the next task opens a new one",
+        )
         self.connector.abort()
         return True
 

@@ -39,9 +39,16 @@ SIGNAL_OF = {
 class Dispatcher:
     """Assigns buffered jobs to idle workers and applies what workers report."""
 
-    def __init__(self, kinds: Registry, producer: Producer, completer: Completer,
-                 holdings: Holdings, metrics: prom.Metrics, default_grace_s: float,
-                 retire: Callable[[ChildProcess], None]) -> None:
+    def __init__(
+        self,
+        kinds: Registry,
+        producer: Producer,
+        completer: Completer,
+        holdings: Holdings,
+        metrics: prom.Metrics,
+        default_grace_s: float,
+        retire: Callable[[ChildProcess], None],
+    ) -> None:
         self.kinds, self.producer, self.completer = kinds, producer, completer
         self.holdings, self.metrics = holdings, metrics
         self.default_grace_s = default_grace_s
@@ -70,11 +77,16 @@ class Dispatcher:
     def running(self, claimed: Claimed, now: float) -> Running:
         """The watchdog's deadlines for a job going out to a worker."""
         options = self.options(claimed.topic)
-        grace = options.watchdog_grace.total_seconds() if options.watchdog_grace \
+        grace = (
+            options.watchdog_grace.total_seconds()
+            if options.watchdog_grace
             else self.default_grace_s
+        )
         hard, soft = options.max_execution_timeout, options.attempt_timeout
         return Running(
-            claimed=claimed, started=now, grace_s=grace,
+            claimed=claimed,
+            started=now,
+            grace_s=grace,
             hard_deadline=now + hard.total_seconds() if hard else None,
             hung_deadline=now + soft.total_seconds() + grace if soft else None,
         )
@@ -117,7 +129,13 @@ class Dispatcher:
         if job is None or job.interrupted is not None:
             return
         job.interrupted, job.interrupted_at = reason, time.monotonic()
-        event(log, "JobCanceled" if reason is Interrupt.CANCELED else "LeaseLost",
-              job_id=job.claimed.id, topic=job.claimed.topic, pid=child.pid, note=note)
+        event(
+            log,
+            "JobCanceled" if reason is Interrupt.CANCELED else "LeaseLost",
+            job_id=job.claimed.id,
+            topic=job.claimed.topic,
+            pid=child.pid,
+            note=note,
+        )
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, SIGNAL_OF.get(reason, signal.SIGUSR1))

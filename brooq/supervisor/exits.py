@@ -48,16 +48,24 @@ class Exits:
         if reason not in (Exit.STOPPED, Exit.SHUTDOWN):
             self.restarts += 1
             sup.metrics.restarts.labels(reason=str(reason)).inc()
-        event(log, "WorkerExited", logging.INFO if reason in QUIET_EXITS else logging.WARNING,
-              slot=child.slot, pid=child.pid, exit=how, reason=str(reason))
+        event(
+            log,
+            "WorkerExited",
+            logging.INFO if reason in QUIET_EXITS else logging.WARNING,
+            slot=child.slot,
+            pid=child.pid,
+            exit=how,
+            reason=str(reason),
+        )
 
     def orphaned(self, child: ChildProcess, status: int, how: str) -> None:
         """Carry out the orphans service's decision about the job ``child`` held."""
         sup, job = self.sup, child.job
         assert job is not None
         claimed = job.claimed
-        orphan = orphans.decide_orphan(child, job, status, how,
-                                       sup.dispatcher.options(claimed.topic))
+        orphan = orphans.decide_orphan(
+            child, job, status, how, sup.dispatcher.options(claimed.topic)
+        )
         match orphan.fate:
             case orphans.Fate.RELEASE:
                 sup.release([claimed], "shutdown")
@@ -67,10 +75,16 @@ class Exits:
                 sup.release([claimed], "stopping")
             case orphans.Fate.RECORD if orphan.outcome is not None:
                 sup.completer.add(claimed.ticket, orphan.outcome, claimed.topic, time.monotonic())
-                event(log, "JobDead" if orphan.outcome.label == "dead" else "JobFailed",
-                      logging.WARNING, job_id=claimed.id, topic=claimed.topic,
-                      attempt=claimed.attempt, outcome=orphan.outcome.label,
-                      error=orphan.outcome.error)
+                event(
+                    log,
+                    "JobDead" if orphan.outcome.label == "dead" else "JobFailed",
+                    logging.WARNING,
+                    job_id=claimed.id,
+                    topic=claimed.topic,
+                    attempt=claimed.attempt,
+                    outcome=orphan.outcome.label,
+                    error=orphan.outcome.error,
+                )
             case _:
                 sup.holdings.drop(claimed.id)
 
@@ -82,11 +96,22 @@ class Exits:
             return
         slot = sup.slots[child.slot]
         lived = time.monotonic() - child.started
-        if (orphans.planned(status) or child.kill is not None or held_a_job
-                or child.finished_jobs or lived >= STABLE_AFTER_S):
+        if (
+            orphans.planned(status)
+            or child.kill is not None
+            or held_a_job
+            or child.finished_jobs
+            or lived >= STABLE_AFTER_S
+        ):
             slot.booted()
             return
         delay = slot.boot_failed(time.monotonic())
-        event(log, "WorkerBootFailed" if not child.booted else "WorkerCrashLoop", logging.ERROR,
-              slot=child.slot, pid=child.pid, exit=how, retry_in_s=delay)
-
+        event(
+            log,
+            "WorkerBootFailed" if not child.booted else "WorkerCrashLoop",
+            logging.ERROR,
+            slot=child.slot,
+            pid=child.pid,
+            exit=how,
+            retry_in_s=delay,
+        )

@@ -54,8 +54,15 @@ class HeldJobs:
             sup.metrics.settled.labels(topic=topic, outcome=label).inc(n)
         for p in lost:
             sup.metrics.lease_lost.labels(topic=p.topic).inc()
-            event(log, "LeaseLost", logging.WARNING, job_id=p.ticket.job_id, topic=p.topic,
-                  outcome=p.outcome.label, note="outcome not written: the lease was lost")
+            event(
+                log,
+                "LeaseLost",
+                logging.WARNING,
+                job_id=p.ticket.job_id,
+                topic=p.topic,
+                outcome=p.outcome.label,
+                note="outcome not written: the lease was lost",
+            )
 
     def lost(self, held: Held) -> None:
         """A heartbeat did not find a job ours any more (canceled, or reaped and taken)."""
@@ -98,8 +105,11 @@ class HeldJobs:
                 if sup.producer.drop(held.ticket.job_id) is not None:
                     sup.holdings.drop(held.ticket.job_id)
                 continue
-            sup.dispatcher.interrupt(child, Interrupt.LEASE_LOST,
-                                     "the database did not answer heartbeats; the lease ends soon")
+            sup.dispatcher.interrupt(
+                child,
+                Interrupt.LEASE_LOST,
+                "the database did not answer heartbeats; the lease ends soon",
+            )
             if held.lease_end - now <= min(1.0, lease_s / 6) and child.kill is None:
                 sup.workers.kill(child, Kill.LEASE_ENDING)
 

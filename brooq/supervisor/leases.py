@@ -80,8 +80,14 @@ class Holdings:
 class LeaseKeeper:
     """The heartbeat: one statement for every held job, every lease/3."""
 
-    def __init__(self, store: Store, db: Database, holdings: Holdings, lease: timedelta,
-                 on_lost: Callable[[Held], None]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        db: Database,
+        holdings: Holdings,
+        lease: timedelta,
+        on_lost: Callable[[Held], None],
+    ) -> None:
         self.store, self.db, self.holdings = store, db, holdings
         self.lease = lease
         self.every = Every(lease / 3)
@@ -122,6 +128,7 @@ class LeaseKeeper:
             return []  # every tick asks: spare it a walk over every held job
         out = [h for h in holdings.jobs.values() if h.lease_end - now <= within]
         if not out:
-            holdings.earliest_end = min((h.lease_end for h in holdings.jobs.values()),
-                                        default=float("inf"))
+            holdings.earliest_end = min(
+                (h.lease_end for h in holdings.jobs.values()), default=float("inf")
+            )
         return out

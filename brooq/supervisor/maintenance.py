@@ -29,8 +29,14 @@ SCHEDULE_CHECK = timedelta(seconds=1)
 class Maintenance:
     """Submits the reaper, retention and the periodic scheduler when each is due."""
 
-    def __init__(self, db: Database, reaper: Reaper, retention: Retention,
-                 scheduler: PeriodicScheduler, metrics: prom.Metrics) -> None:
+    def __init__(
+        self,
+        db: Database,
+        reaper: Reaper,
+        retention: Retention,
+        scheduler: PeriodicScheduler,
+        metrics: prom.Metrics,
+    ) -> None:
         self.db, self.reaper, self.retention = db, reaper, retention
         self.scheduler, self.metrics = scheduler, metrics
         self.retention.max_batches = RETENTION_BATCHES_PER_TASK
@@ -42,14 +48,17 @@ class Maintenance:
         if not self.db.busy("reaper") and self.reaper.every.due(now):
             self.db.submit("reaper", self.reaper.run_once, self._reaped)
             sent.append("reaper")
-        if (self.retention.enabled and not self.db.busy("retention")
-                and self.retention.every.due(now)):
+        if (
+            self.retention.enabled
+            and not self.db.busy("retention")
+            and self.retention.every.due(now)
+        ):
             self.db.submit("retention", self.retention.run_once, self._retained)
             sent.append("retention")
-        if (self.scheduler.schedules and not self.db.busy("periodic")
-                and self.schedules.due(now)):
-            self.db.submit("periodic", lambda: self.scheduler.run_once(datetime.now(UTC)),
-                           self._scheduled)
+        if self.scheduler.schedules and not self.db.busy("periodic") and self.schedules.due(now):
+            self.db.submit(
+                "periodic", lambda: self.scheduler.run_once(datetime.now(UTC)), self._scheduled
+            )
             sent.append("periodic")
         return sent
 
@@ -71,8 +80,11 @@ class Maintenance:
             # A bad schedule must not stop the supervisor: say so, run the others.
             event(log, "PeriodicFailed", logging.ERROR, error=str(error))
         for run in runs or []:
-            fields: dict[str, object] = {"schedule": run.schedule.name, "run": run.run.isoformat(),
-                      "job_id": run.result.id}
+            fields: dict[str, object] = {
+                "schedule": run.schedule.name,
+                "run": run.run.isoformat(),
+                "job_id": run.result.id,
+            }
             if run.result.created:
                 self.metrics.periodic.labels(schedule=run.schedule.name).inc()
                 event(log, "PeriodicEnqueued", logging.INFO, **fields)

@@ -99,4 +99,3 @@ class Notices:
         for fd in (self._read, self._write):
             with contextlib.suppress(OSError):
                 os.close(fd)
-

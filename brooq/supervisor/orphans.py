@@ -44,7 +44,10 @@ class Orphan:
 def planned(status: int) -> bool:
     """True when the worker exited on its own and on purpose (stopping, recycling)."""
     return os.WIFEXITED(status) and os.WEXITSTATUS(status) in (
-        ExitCode.OK, ExitCode.RECYCLE, ExitCode.STOPPED_IDLE)
+        ExitCode.OK,
+        ExitCode.RECYCLE,
+        ExitCode.STOPPED_IDLE,
+    )
 
 
 def exit_reason(child: ChildProcess, status: int, generation: int, stopping: bool) -> Exit:
@@ -60,16 +63,22 @@ def exit_reason(child: ChildProcess, status: int, generation: int, stopping: boo
     return Exit.CRASH
 
 
-def decide_orphan(child: ChildProcess, job: Running, status: int, how: str,
-                  options: KindOptions) -> Orphan:
+def decide_orphan(
+    child: ChildProcess, job: Running, status: int, how: str, options: KindOptions
+) -> Orphan:
     """What to do with ``job``, held by ``child`` when it ended (``how``: its exit)."""
     if child.kill is Kill.SHUTDOWN:
         return Orphan(Fate.RELEASE)
-    if child.kill is Kill.LEASE_ENDING or job.interrupted in (Interrupt.LEASE_LOST,
-                                                                Interrupt.CANCELED):
+    if child.kill is Kill.LEASE_ENDING or job.interrupted in (
+        Interrupt.LEASE_LOST,
+        Interrupt.CANCELED,
+    ):
         return Orphan(Fate.LEAVE)
-    if child.kill is None and os.WIFEXITED(status) \
-            and os.WEXITSTATUS(status) == ExitCode.STOPPED_IDLE:
+    if (
+        child.kill is None
+        and os.WIFEXITED(status)
+        and os.WEXITSTATUS(status) == ExitCode.STOPPED_IDLE
+    ):
         return Orphan(Fate.PUT_BACK)  # it left before it read the job
     text = crash_text(child.kill, job, how)
     return Orphan(Fate.RECORD, crash_outcome(text, job.claimed.attempt, options))
@@ -80,12 +89,18 @@ def crash_text(kill: Kill | None, job: Running, how: str) -> str:
     if kill is Kill.MAX_EXECUTION:
         return f"max_execution_timeout exceeded; the supervisor killed the worker ({how})"
     if kill is Kill.HUNG and job.interrupted in (None, Interrupt.ATTEMPT_TIMEOUT):
-        return (f"attempt timed out and the handler did not exit within {job.grace_s:g}s; "
-                f"the supervisor killed the worker ({how})")
+        return (
+            f"attempt timed out and the handler did not exit within {job.grace_s:g}s; "
+            f"the supervisor killed the worker ({how})"
+        )
     if kill is Kill.BROKEN:
-        return ("the worker broke its connection to the supervisor while running the handler "
-                f"(it closed a file descriptor it did not own?); the supervisor killed it ({how})")
+        return (
+            "the worker broke its connection to the supervisor while running the handler "
+            f"(it closed a file descriptor it did not own?); the supervisor killed it ({how})"
+        )
     if how == f"exited with code {int(ExitCode.LOST_PARENT)}":
-        return ("the worker lost its connection to the supervisor while running the handler "
-                f"(it closed a file descriptor it did not own?); worker process {how}")
+        return (
+            "the worker lost its connection to the supervisor while running the handler "
+            f"(it closed a file descriptor it did not own?); worker process {how}"
+        )
     return f"worker process {how} while running the handler"

@@ -39,9 +39,16 @@ BROKEN_GRACE_S = 0.5
 class Processes:
     """The live worker processes of one supervisor, by pid."""
 
-    def __init__(self, queue: Queue, settings: Settings, dsn: str, metrics: prom.Metrics,
-                 parent_pid: int, parent_fds: Callable[[], Sequence[int]],
-                 parent_signals: Sequence[signal.Signals]) -> None:
+    def __init__(
+        self,
+        queue: Queue,
+        settings: Settings,
+        dsn: str,
+        metrics: prom.Metrics,
+        parent_pid: int,
+        parent_fds: Callable[[], Sequence[int]],
+        parent_signals: Sequence[signal.Signals],
+    ) -> None:
         self.queue, self.settings, self.dsn, self.metrics = queue, settings, dsn, metrics
         self.parent_pid = parent_pid
         self.parent_fds = parent_fds
@@ -76,15 +83,22 @@ class Processes:
         child_end.close()
         sock = parent_end.detach()
         os.set_blocking(sock, False)
-        child = ChildProcess(slot=slot_no, pid=pid, group=slot.group, sock=sock,
-                             started=time.monotonic(), generation=generation,
-                             metrics_id=metrics_id)
+        child = ChildProcess(
+            slot=slot_no,
+            pid=pid,
+            group=slot.group,
+            sock=sock,
+            started=time.monotonic(),
+            generation=generation,
+            metrics_id=metrics_id,
+        )
         self.children[pid] = child
         event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(slot.topics))
         return child
 
-    def become_child(self, parent_end: int, child_end: int, slot_no: int, slot: SlotState,
-                     metrics_id: str) -> NoReturn:
+    def become_child(
+        self, parent_end: int, child_end: int, slot_no: int, slot: SlotState, metrics_id: str
+    ) -> NoReturn:
         """In the new worker: drop the parent's signal handling and descriptors, then work."""
         for signum in self.parent_signals:
             signal.signal(signum, signal.SIG_DFL)
@@ -94,9 +108,15 @@ class Processes:
                 os.close(fd)
         s = self.settings
         config = WorkerConfig(
-            slot=slot_no, topics=tuple(slot.topics), dsn=self.dsn,
-            max_jobs=s.max_jobs_per_worker, max_memory=s.max_memory_per_worker,
-            notify=s.notify, max_payload_bytes=s.max_payload_bytes, metrics_id=metrics_id)
+            slot=slot_no,
+            topics=tuple(slot.topics),
+            dsn=self.dsn,
+            max_jobs=s.max_jobs_per_worker,
+            max_memory=s.max_memory_per_worker,
+            notify=s.notify,
+            max_payload_bytes=s.max_payload_bytes,
+            metrics_id=metrics_id,
+        )
         worker_main(self.queue, config, child_end, self.parent_pid, self.metrics)
 
     def reaped(self) -> Iterator[tuple[ChildProcess, int]]:
@@ -125,8 +145,15 @@ class Processes:
         """SIGKILL a worker; ``reason`` decides what becomes of its job."""
         child.kill, child.kill_detail = reason, str(detail) if detail else None
         shown = f"{reason}:{detail}" if detail else str(reason)
-        event(log, "WorkerKilled", logging.WARNING, slot=child.slot, pid=child.pid,
-              reason=shown, job_id=child.job.claimed.id if child.job else None)
+        event(
+            log,
+            "WorkerKilled",
+            logging.WARNING,
+            slot=child.slot,
+            pid=child.pid,
+            reason=shown,
+            job_id=child.job.claimed.id if child.job else None,
+        )
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGKILL)
 

@@ -64,9 +64,16 @@ class Producer:
     """Keeps each group's buffer filled; one claim statement per refill."""
 
     def __init__(
-        self, store: Store, db: Database, holder: str, lease: timedelta,
-        groups: Sequence[Group], limits: Mapping[str, int], prefetch: int,
-        poll_interval: timedelta, max_wait: float,
+        self,
+        store: Store,
+        db: Database,
+        holder: str,
+        lease: timedelta,
+        groups: Sequence[Group],
+        limits: Mapping[str, int],
+        prefetch: int,
+        poll_interval: timedelta,
+        max_wait: float,
         on_claimed: Callable[[list[Claimed], float], None],
     ) -> None:
         self.store, self.db, self.holder, self.lease = store, db, holder, lease
@@ -100,8 +107,7 @@ class Producer:
         """How many jobs to claim for a group with ``idle`` of ``workers`` idle now."""
         return max(0, idle + self.depth(state, workers, now) - len(state.buffer))
 
-    def run_once(self, now: float, idle: Mapping[Group, int],
-                 workers: Mapping[Group, int]) -> int:
+    def run_once(self, now: float, idle: Mapping[Group, int], workers: Mapping[Group, int]) -> int:
         """Send a claim for every group short of jobs; how many claims were sent."""
         if self.paused:
             return 0
@@ -118,8 +124,10 @@ class Producer:
 
     def _claim(self, state: GroupState, want: int, now: float) -> None:
         state.asked = want
-        topics, limits = list(state.topics), {t: self.limits[t] for t in state.topics
-                                              if t in self.limits}
+        topics, limits = (
+            list(state.topics),
+            {t: self.limits[t] for t in state.topics if t in self.limits},
+        )
         lease_end = now + self.lease.total_seconds()
 
         def done(claimed: list[Claimed] | None, error: BaseException | None) -> None:
@@ -135,9 +143,11 @@ class Producer:
             state.buffer.extend(Buffered(c, now) for c in claimed)
             state.oldest = min(state.oldest, now)
 
-        self.db.submit(f"claim:{','.join(topics)}",
-                       lambda: self.store.claim_many(self.holder, topics, self.lease, want,
-                                                     limits), done)
+        self.db.submit(
+            f"claim:{','.join(topics)}",
+            lambda: self.store.claim_many(self.holder, topics, self.lease, want, limits),
+            done,
+        )
 
     def heard(self, topics: set[str]) -> None:
         """New jobs were enqueued (NOTIFY): groups serving these topics (``*``: all) claim again."""

@@ -80,10 +80,14 @@ def _outcome_fields(o: Outcome) -> list[object]:
 
 def _outcome(fields: list[object]) -> Outcome:
     kind, label, retry, refund, error, trace = fields
-    return Outcome(SettleKind(str(kind)), str(label),
-                   None if retry is None else timedelta(seconds=float(str(retry))),
-                   bool(refund), None if error is None else str(error),
-                   None if trace is None else str(trace))
+    return Outcome(
+        SettleKind(str(kind)),
+        str(label),
+        None if retry is None else timedelta(seconds=float(str(retry))),
+        bool(refund),
+        None if error is None else str(error),
+        None if trace is None else str(trace),
+    )
 
 
 def encode(message: Message) -> bytes:
@@ -92,17 +96,34 @@ def encode(message: Message) -> bytes:
         case Booted():
             body: list[object] = ["B"]
         case Assign(c):
-            body = ["A", c.id, c.ticket.holder, c.ticket.attempt, c.expirations, c.topic,
-                    c.locked_until.isoformat(), c.payload_text]
+            body = [
+                "A",
+                c.id,
+                c.ticket.holder,
+                c.ticket.attempt,
+                c.expirations,
+                c.topic,
+                c.locked_until.isoformat(),
+                c.payload_text,
+            ]
         case Stop():
             body = ["S"]
         case Finished(t, o, duration, written, leaving):
-            body = ["F", t.job_id, t.holder, t.attempt, *_outcome_fields(o), duration, written,
-                    leaving]
+            body = [
+                "F",
+                t.job_id,
+                t.holder,
+                t.attempt,
+                *_outcome_fields(o),
+                duration,
+                written,
+                leaving,
+            ]
         case Returned(job_id, reason):
             body = ["R", job_id, reason]
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8",
-                                                                              "surrogatepass")
+    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
+        "utf-8", "surrogatepass"
+    )
     return _LENGTH.pack(len(data)) + data
 
 
@@ -115,8 +136,15 @@ def decode(data: bytes) -> Message:
                 return Booted()
             case ["A", job_id, holder, attempt, expirations, topic, until, payload]:
                 ticket = Ticket(str(job_id), str(holder), int(attempt))
-                return Assign(Claimed(ticket, str(topic), str(payload),
-                                      datetime.fromisoformat(str(until)), int(expirations)))
+                return Assign(
+                    Claimed(
+                        ticket,
+                        str(topic),
+                        str(payload),
+                        datetime.fromisoformat(str(until)),
+                        int(expirations),
+                    )
+                )
             case ["S"]:
                 return Stop()
             case ["F", job_id, holder, attempt, *rest] if len(rest) == 9:
@@ -164,8 +192,8 @@ class FrameReader:
                 raise ProtocolError(f"frame of {length} bytes")
             if len(buf) < 4 + length:
                 break
-            out.append(decode(bytes(buf[4:4 + length])))
-            del buf[:4 + length]
+            out.append(decode(bytes(buf[4 : 4 + length])))
+            del buf[: 4 + length]
         return out
 
 
@@ -198,4 +226,4 @@ def write_message(fd: int, message: Message) -> None:
     """Write ``message`` whole on a blocking ``fd``; OSError when the peer is gone."""
     data = memoryview(encode(message))
     while data:
-        data = data[os.write(fd, data):]
+        data = data[os.write(fd, data) :]

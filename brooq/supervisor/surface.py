@@ -42,10 +42,16 @@ class Surface:
         topics = sup.queue.registry.topics()
         ports = postgres_ports(sup.dsn)  # the dashboard's own connections, never the loop's
         service = ServiceSurface(
-            settings.http_addr, dsn=sup.dsn, topics=topics, supervisor_pid=sup.pid,
-            health=board, token=settings.token, allow_remote=settings.http_allow_remote,
+            settings.http_addr,
+            dsn=sup.dsn,
+            topics=topics,
+            supervisor_pid=sup.pid,
+            health=board,
+            token=settings.token,
+            allow_remote=settings.http_allow_remote,
             collectors=[prom.WorkersCollector(lambda: workers_snapshot(sup), topics)],
-            more_routes=Dashboard(ports, settings.token).routes)
+            more_routes=Dashboard(ports, settings.token).routes,
+        )
         surface = cls(service, board)
         surface.ports = ports
         return surface
@@ -85,8 +91,11 @@ def health(sup: Supervisor) -> tuple[bool, str]:
         return False, f"stopping ({sup.stopping})"
     if not sup.db.answering(time.monotonic(), DATABASE_SILENT_S):
         return False, "database unavailable"
-    running = sum(1 for c in sup.children.values()
-                  if c.booted and not c.retiring and c.kill is None and not c.closed)
+    running = sum(
+        1
+        for c in sup.children.values()
+        if c.booted and not c.retiring and c.kill is None and not c.closed
+    )
     if running < len(sup.slots):
         return False, f"{running} of {len(sup.slots)} workers running"
     return True, f"{running} workers running"

@@ -83,13 +83,17 @@ def refuse_unless_bearer(request: Request, token: str | None) -> Response | None
     scheme is case-insensitive (RFC 7235).
     """
     if not token:
-        return Response.json(404, {"error": "this endpoint is disabled: no token is "
-                                            "configured (set BROOQ_TOKEN)"})
+        return Response.json(
+            404, {"error": "this endpoint is disabled: no token is configured (set BROOQ_TOKEN)"}
+        )
     values = request.header_values("authorization")
     if len(values) > 1:
         return Response.json(400, {"error": "more than one Authorization header"})
     scheme, _, credentials = (values[0] if values else "").strip().partition(" ")
     if scheme.lower() != "bearer" or not token_matches(credentials.strip(" "), token):
-        return Response.json(401, {"error": "missing or wrong bearer token"},
-                             headers=[("WWW-Authenticate", 'Bearer realm="brooq"')])
+        return Response.json(
+            401,
+            {"error": "missing or wrong bearer token"},
+            headers=[("WWW-Authenticate", 'Bearer realm="brooq"')],
+        )
     return None

@@ -45,8 +45,9 @@ class Router:
         self._patterns.append((compiled, table))
 
     @staticmethod
-    def _register(table: dict[str, Handler], methods: str | Iterable[str], handler: Handler,
-                  where: str) -> None:
+    def _register(
+        table: dict[str, Handler], methods: str | Iterable[str], handler: Handler, where: str
+    ) -> None:
         for method in [methods] if isinstance(methods, str) else list(methods):
             if method.upper() in table:
                 raise ValueError(f"{method.upper()} {where} is already routed")
@@ -67,7 +68,7 @@ class Router:
         handler = table.get(method)
         if handler is None:
             allowed = ", ".join(sorted(table))
-            return Response.json(405, {"error": f"method not allowed; use {allowed}"},
-                                 headers=[("Allow", allowed)])
+            return Response.json(
+                405, {"error": f"method not allowed; use {allowed}"}, headers=[("Allow", allowed)]
+            )
         return handler(dataclasses.replace(request, params=params) if params else request)
-

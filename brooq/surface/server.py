@@ -124,8 +124,9 @@ class SurfaceServer:
 
     def start(self) -> SurfaceServer:
         """Start accepting in a daemon thread; returns at once."""
-        self._acceptor = threading.Thread(target=self._accept_loop, name="brooq-http-accept",
-                                          daemon=True)
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name="brooq-http-accept", daemon=True
+        )
         self._acceptor.start()
         return self
 
@@ -195,12 +196,15 @@ class SurfaceServer:
             if not self._make_room():
                 send_nowait(sock, _BUSY)
                 sock.close()
-                log.debug("http connection refused: every slot runs a handler",
-                          extra={"event": "HttpRefused", "client": conn.client})
+                log.debug(
+                    "http connection refused: every slot runs a handler",
+                    extra={"event": "HttpRefused", "client": conn.client},
+                )
                 return True
             self._conns.add(conn)
-            conn.thread = threading.Thread(target=self._serve, args=(conn,), daemon=True,
-                                           name=f"brooq-http {conn.client}")
+            conn.thread = threading.Thread(
+                target=self._serve, args=(conn,), daemon=True, name=f"brooq-http {conn.client}"
+            )
         try:
             conn.thread.start()
         except RuntimeError:  # no thread to be had: give the slot back at once
@@ -221,9 +225,14 @@ class SurfaceServer:
         victim = min(waiting, key=lambda c: c.started)
         victim.evicted = True
         victim.shut()
-        log.debug("http connection evicted for a new one", extra={
-            "event": "HttpEvicted", "client": victim.client,
-            "held_s": round(time.monotonic() - victim.started, 3)})
+        log.debug(
+            "http connection evicted for a new one",
+            extra={
+                "event": "HttpEvicted",
+                "client": victim.client,
+                "held_s": round(time.monotonic() - victim.started, 3),
+            },
+        )
         return True
 
     # --- one connection -------------------------------------------------------------------
@@ -243,26 +252,40 @@ class SurfaceServer:
     def _exchange(self, conn: _Conn) -> None:
         """Read one request before the deadline, answer it, bounded; errors are answers."""
         try:
-            request = read_request(conn.sock, conn.started + self.limits.request_timeout,
-                                   conn.client, self.limits.max_body_bytes)
+            request = read_request(
+                conn.sock,
+                conn.started + self.limits.request_timeout,
+                conn.client,
+                self.limits.max_body_bytes,
+            )
         except PeerGone:
             return
         except HttpError as exc:  # includes the deadline (408): answered, never waited on
             send_nowait(conn.sock, Response.json(exc.status, {"error": exc.message}).encode())
-            log.debug("http request refused: %s", exc.message,
-                      extra={"event": "HttpRefused", "client": conn.client,
-                             "status": exc.status})
+            log.debug(
+                "http request refused: %s",
+                exc.message,
+                extra={"event": "HttpRefused", "client": conn.client, "status": exc.status},
+            )
             return
         self._phase(conn, "handling")
         response = self._respond(request)
         self._phase(conn, "writing")
         try:
-            send_all(conn.sock, response.encode(head_only=request.method == "HEAD"),
-                     time.monotonic() + self.limits.write_timeout)
+            send_all(
+                conn.sock,
+                response.encode(head_only=request.method == "HEAD"),
+                time.monotonic() + self.limits.write_timeout,
+            )
         except (HttpError, PeerGone):
             return
-        log.debug("http %s %s %d", request.method, request.path, response.status,
-                  extra={"event": "HttpRequest", "client": conn.client})
+        log.debug(
+            "http %s %s %d",
+            request.method,
+            request.path,
+            response.status,
+            extra={"event": "HttpRequest", "client": conn.client},
+        )
 
     @staticmethod
     def _phase(conn: _Conn, phase: str) -> None:
@@ -274,8 +297,13 @@ class SurfaceServer:
             return self.router.dispatch(request)
         except Exception:
             # The detail goes to the log, never to the client (no paths, no versions).
-            log.warning("http handler failed: %s %s", request.method, request.path,
-                        exc_info=True, extra={"event": "HttpError"})
+            log.warning(
+                "http handler failed: %s %s",
+                request.method,
+                request.path,
+                exc_info=True,
+                extra={"event": "HttpError"},
+            )
             return Response.json(500, {"error": "internal error; see the supervisor's log"})
 
 
@@ -287,5 +315,8 @@ def _forget_all_in_child() -> None:
         _FORK_LOCK.release()
 
 
-os.register_at_fork(before=_FORK_LOCK.acquire, after_in_parent=_FORK_LOCK.release,
-                    after_in_child=_forget_all_in_child)
+os.register_at_fork(
+    before=_FORK_LOCK.acquire,
+    after_in_parent=_FORK_LOCK.release,
+    after_in_child=_forget_all_in_child,
+)

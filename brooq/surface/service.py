@@ -99,8 +99,9 @@ def service_routes(router: Router, endpoints: ServiceEndpoints) -> Router:
     return router
 
 
-def _guarded(request: Request, token: str | None,
-             call: Callable[[str], dict[str, Any]]) -> Response:
+def _guarded(
+    request: Request, token: str | None, call: Callable[[str], dict[str, Any]]
+) -> Response:
     refusal = refuse_unless_bearer(request, token)
     if refusal is not None:
         return refusal
@@ -125,19 +126,32 @@ class ServiceSurface:
     ``more_routes`` may add routes (a dashboard) to the same server.
     """
 
-    def __init__(self, addr: str, *, dsn: str, topics: Sequence[str], supervisor_pid: int,
-                 health: HealthBoard, token: str | None, allow_remote: bool = False,
-                 limits: Limits | None = None, gauge_timeout: timedelta = GAUGE_TIMEOUT,
-                 collectors: Sequence[Any] = (),
-                 more_routes: Callable[[Router], object] | None = None) -> None:
+    def __init__(
+        self,
+        addr: str,
+        *,
+        dsn: str,
+        topics: Sequence[str],
+        supervisor_pid: int,
+        health: HealthBoard,
+        token: str | None,
+        allow_remote: bool = False,
+        limits: Limits | None = None,
+        gauge_timeout: timedelta = GAUGE_TIMEOUT,
+        collectors: Sequence[Any] = (),
+        more_routes: Callable[[Router], object] | None = None,
+    ) -> None:
         check_bind(parse_addr(addr)[0], token, allow_remote)
         # Never the loop's connections: psycopg connections are not shared between threads.
         self.store = PostgresStore(dsn)
         self.inspection = PostgresInspection(dsn, timeout=gauge_timeout)
         scraped = [prom.DatabaseCollector(self.inspection, topics), *collectors]
         endpoints = ServiceEndpoints(
-            metrics=lambda: prom.render(scraped, supervisor_pid), health=health.read,
-            get_job=self.get_job, cancel_job=self.cancel_job, token=token,
+            metrics=lambda: prom.render(scraped, supervisor_pid),
+            health=health.read,
+            get_job=self.get_job,
+            cancel_job=self.cancel_job,
+            token=token,
         )
         router = service_routes(Router(), endpoints)
         if more_routes is not None:

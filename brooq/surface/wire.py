@@ -97,15 +97,24 @@ class Response:
     content_type: str = "text/plain; charset=utf-8"
 
     @classmethod
-    def json(cls, status: int, data: Any, headers: list[tuple[str, str]] | None = None,
-             ) -> Response:
+    def json(
+        cls,
+        status: int,
+        data: Any,
+        headers: list[tuple[str, str]] | None = None,
+    ) -> Response:
         """A JSON answer (values JSON cannot encode become strings)."""
-        return cls(status, json.dumps(data, default=str).encode(), list(headers or []),
-                   "application/json")
+        return cls(
+            status, json.dumps(data, default=str).encode(), list(headers or []), "application/json"
+        )
 
     @classmethod
-    def text(cls, status: int, text: str, content_type: str = "text/plain; charset=utf-8",
-             ) -> Response:
+    def text(
+        cls,
+        status: int,
+        text: str,
+        content_type: str = "text/plain; charset=utf-8",
+    ) -> Response:
         """A text answer (HTML too, with ``content_type="text/html; charset=utf-8"``)."""
         return cls(status, text.encode(), [], content_type)
 
@@ -115,14 +124,19 @@ class Response:
             reason = HTTPStatus(self.status).phrase
         except ValueError:
             reason = "Status"
-        lines = [f"HTTP/1.1 {self.status} {reason}",
-                 f"Content-Type: {self.content_type}",
-                 f"Content-Length: {len(self.body)}",
-                 "Connection: close",
-                 "Cache-Control: no-store",
-                 "X-Content-Type-Options: nosniff"]
-        lines += [f"{name}: {value}" for name, value in self.headers
-                  if "\r" not in value and "\n" not in value]  # no header injection
+        lines = [
+            f"HTTP/1.1 {self.status} {reason}",
+            f"Content-Type: {self.content_type}",
+            f"Content-Length: {len(self.body)}",
+            "Connection: close",
+            "Cache-Control: no-store",
+            "X-Content-Type-Options: nosniff",
+        ]
+        lines += [
+            f"{name}: {value}"
+            for name, value in self.headers
+            if "\r" not in value and "\n" not in value
+        ]  # no header injection
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
         return head if head_only else head + self.body
 
@@ -148,8 +162,9 @@ def _recv(sock: socket.socket, deadline: float, what: str) -> bytes:
     return chunk
 
 
-def read_request(sock: socket.socket, deadline: float, client: str = "",
-                 max_body: int = MAX_BODY_BYTES) -> Request:
+def read_request(
+    sock: socket.socket, deadline: float, client: str = "", max_body: int = MAX_BODY_BYTES
+) -> Request:
     """Read one request before ``deadline`` (time.monotonic()); HttpError when it is not valid."""
     buf = bytearray()
     while (end := buf.find(b"\r\n\r\n")) < 0:
@@ -159,16 +174,22 @@ def read_request(sock: socket.socket, deadline: float, client: str = "",
     if end > MAX_HEAD_BYTES:
         raise HttpError(431, "request head too large")
     method, target, headers = _parse_head(bytes(buf[:end]))
-    body = bytes(buf[end + 4:])
+    body = bytes(buf[end + 4 :])
     length = _content_length(headers)
     if length > max_body:
         raise HttpError(413, f"request body larger than {max_body} bytes")
     while len(body) < length:
         body += _recv(sock, deadline, "request body")
     parts = urlsplit(target)
-    return Request(method=method, target=target, path=unquote(parts.path) or "/",
-                   query=parse_qs(parts.query, keep_blank_values=True),
-                   headers=headers, body=body[:length], client=client)
+    return Request(
+        method=method,
+        target=target,
+        path=unquote(parts.path) or "/",
+        query=parse_qs(parts.query, keep_blank_values=True),
+        headers=headers,
+        body=body[:length],
+        client=client,
+    )
 
 
 def _parse_head(head: bytes) -> tuple[str, str, tuple[tuple[str, str], ...]]:

@@ -34,7 +34,7 @@ def new_job_ids(count: int) -> list[str]:
             stamps.append((_last_ms, _counter))
     out = []
     for i, (stamp, counter) in enumerate(stamps):
-        rand = int.from_bytes(randoms[8 * i:8 * i + 8], "big") & _RAND_MASK
+        rand = int.from_bytes(randoms[8 * i : 8 * i + 8], "big") & _RAND_MASK
         value = (stamp & 0xFFFFFFFFFFFF) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
         h = f"{value:032x}"
         out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")

@@ -44,6 +44,7 @@ class KindOptions:
     max_running: int | None = None
 
     if TYPE_CHECKING:  # what the constructor accepts; the fields always hold timedeltas
+
         def __init__(
             self,
             max_attempts: int | None = None,
@@ -99,9 +100,7 @@ class KindOptions:
     def with_defaults(self, defaults: KindOptions) -> KindOptions:
         """Fill every unset field from ``defaults``; the result is checked again."""
         filled = {
-            f.name: getattr(defaults, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) is None
+            f.name: getattr(defaults, f.name) for f in fields(self) if getattr(self, f.name) is None
         }
         return replace(self, **filled)
 

@@ -24,9 +24,7 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
     try:
         text = _ENCODER.encode(payload)
     except RecursionError:
-        raise InvalidJob(
-            "payload is nested too deeply to encode as JSON; flatten it"
-        ) from None
+        raise InvalidJob("payload is nested too deeply to encode as JSON; flatten it") from None
     except (TypeError, ValueError) as exc:
         hint = " (NaN and Infinity are not JSON)" if "Out of range float" in str(exc) else ""
         raise InvalidJob(f"payload is not JSON-serializable: {exc}{hint}") from None

@@ -61,6 +61,9 @@ class Schedule:
     def job_for(self, run: datetime) -> Job:
         """The job of the run at ``run`` (timezone-aware), keyed for exactly-once enqueue."""
         return Job(
-            topic=self.topic, payload=self.payload, available_at=run, priority=self.priority,
+            topic=self.topic,
+            payload=self.payload,
+            available_at=run,
+            priority=self.priority,
             idempotency_key=f"{self.key_prefix}{run.isoformat()}",
         )

@@ -98,8 +98,9 @@ def create_tables(conn: Executes) -> None:
     conn.execute(EFFECT_TABLE)
 
 
-def enqueue_mix(conn: Executes, total: int, mix: dict[str, float],
-                seed: int = 7, max_ms: int = 4) -> Plan:
+def enqueue_mix(
+    conn: Executes, total: int, mix: dict[str, float], seed: int = 7, max_ms: int = 4
+) -> Plan:
     """Enqueue ``total`` jobs; ``mix`` gives the share of each non-normal behaviour.
 
     Behaviours are shuffled so faulty jobs are spread through the run; normal
@@ -123,7 +124,8 @@ def enqueue_mix(conn: Executes, total: int, mix: dict[str, float],
         rows = conn.execute(
             "INSERT INTO job (topic, payload) SELECT t, p FROM unnest(%s::text[], %s::jsonb[]) "
             "WITH ORDINALITY AS x(t, p, n) ORDER BY n RETURNING id, (payload->>'seq')::int",
-            (topics[start:start + 5000], payloads[start:start + 5000])).fetchall()
+            (topics[start : start + 5000], payloads[start : start + 5000]),
+        ).fetchall()
         for job_id, seq in rows:
             plan.behaviour[str(job_id)] = kinds[seq]
             plan.times[str(job_id)] = 1
@@ -147,14 +149,16 @@ def read_side_log(directory: Path) -> dict[str, list[Side]]:
 
 def unfinished(conn: Executes) -> int:
     """Rows not yet terminal."""
-    row = conn.execute("SELECT count(*) FROM job WHERE state IN "
-                       "('pending', 'processing', 'failed')").fetchone()
+    row = conn.execute(
+        "SELECT count(*) FROM job WHERE state IN ('pending', 'processing', 'failed')"
+    ).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def check(conn: Executes, plan: Plan, side_dir: Path, *,
-          strict: bool = False, lease_faults: bool = False) -> Verdict:
+def check(
+    conn: Executes, plan: Plan, side_dir: Path, *, strict: bool = False, lease_faults: bool = False
+) -> Verdict:
     """Check every job of ``plan`` against the promises; the verdict.
 
     ``strict``: the run had only handler-level faults, so every charged
@@ -162,23 +166,37 @@ def check(conn: Executes, plan: Plan, side_dir: Path, *,
     ``lease_faults``: whole supervisors or the database went away, so leases
     expired and the reaper may have pushed a job past max_attempts.
     """
-    rows = {str(r[0]): r[1:] for r in conn.execute(
-        "SELECT id, state, attempts, last_error, locked_by, expirations FROM job")}
+    rows = {
+        str(r[0]): r[1:]
+        for r in conn.execute(
+            "SELECT id, state, attempts, last_error, locked_by, expirations FROM job"
+        )
+    }
     effects = Counter(str(r[0]) for r in conn.execute("SELECT job_id FROM effect"))
     side = read_side_log(side_dir)
     v = Verdict(jobs=plan.total)
     for job_id, behaviour in plan.behaviour.items():
         entries = side.get(job_id, [])
         row = rows.get(job_id)
-        problems = _check_job(job_id, behaviour, plan.times[job_id], row, effects[job_id],
-                              entries, v, strict=strict, lease_faults=lease_faults)
+        problems = _check_job(
+            job_id,
+            behaviour,
+            plan.times[job_id],
+            row,
+            effects[job_id],
+            entries,
+            v,
+            strict=strict,
+            lease_faults=lease_faults,
+        )
         for problem in problems:
             state, attempts = (row[0], row[1]) if row else ("(no row)", "-")
             shown = [f"a{s.attempt}:{s.event}@{s.pid}" for s in entries]
             v.problems.append(
                 f"job {job_id} [{behaviour}] {problem}: state={state} attempts={attempts} "
                 f"effects={effects[job_id]} side={shown} "
-                f"last_error={(row[2] if row else None)!r}")
+                f"last_error={(row[2] if row else None)!r}"
+            )
     for job_id in set(rows) - set(plan.behaviour):
         v.problems.append(f"job {job_id}: a row nobody enqueued (state={rows[job_id][0]})")
     for job_id, n in effects.items():
@@ -187,9 +205,18 @@ def check(conn: Executes, plan: Plan, side_dir: Path, *,
     return v
 
 
-def _check_job(job_id: str, behaviour: str, times: int, row: tuple[Any, ...] | None,
-               effects: int, entries: list[Side], v: Verdict, *,
-               strict: bool, lease_faults: bool) -> list[str]:
+def _check_job(
+    job_id: str,
+    behaviour: str,
+    times: int,
+    row: tuple[Any, ...] | None,
+    effects: int,
+    entries: list[Side],
+    v: Verdict,
+    *,
+    strict: bool,
+    lease_faults: bool,
+) -> list[str]:
     if row is None:
         v.lost += 1
         return ["LOST: the row is gone"]
@@ -221,8 +248,9 @@ def _check_job(job_id: str, behaviour: str, times: int, row: tuple[Any, ...] | N
         out.append("ATTEMPTS: a finished job with no attempt charged")
         return out
     max_attempts = ledger.POISON_MAX_ATTEMPTS if behaviour == "poison" else ledger.MAX_ATTEMPTS
-    planned = max_attempts if behaviour == "poison" else (
-        times + 1 if behaviour in MISBEHAVIOURS else 1)
+    planned = (
+        max_attempts if behaviour == "poison" else (times + 1 if behaviour in MISBEHAVIOURS else 1)
+    )
     v.reruns += max(0, sum(1 for s in entries if s.event == "start") - planned)
     if charged > max_attempts:
         out.append(f"ATTEMPTS: {charged} charged, above max_attempts={max_attempts}")
@@ -231,11 +259,13 @@ def _check_job(job_id: str, behaviour: str, times: int, row: tuple[Any, ...] | N
     if state == "done":
         v.extra_attempts += attempts - planned
         if charged < planned:
-            out.append(f"ATTEMPTS: done after {charged} attempts, but the first {times} "
-                       "always fail")
+            out.append(
+                f"ATTEMPTS: done after {charged} attempts, but the first {times} always fail"
+            )
         if charged not in starts or charged not in oks:
-            out.append("UNEXPLAINED DONE: no side-log start+ok for the attempt that was "
-                       "recorded done")
+            out.append(
+                "UNEXPLAINED DONE: no side-log start+ok for the attempt that was recorded done"
+            )
     elif state == "dead":
         v.extra_attempts += max(0, attempts - max_attempts)
         if charged < max_attempts and "lease expired" not in (last_error or ""):
@@ -247,18 +277,24 @@ def _check_job(job_id: str, behaviour: str, times: int, row: tuple[Any, ...] | N
     v.claims_without_run += len(runless)
     if strict:
         if runless:
-            out.append(f"UNEXPLAINED ATTEMPTS: attempts {runless} were charged but no handler "
-                       "started (only handler faults were injected)")
+            out.append(
+                f"UNEXPLAINED ATTEMPTS: attempts {runless} were charged but no handler "
+                "started (only handler faults were injected)"
+            )
         faulted = {s.attempt for s in entries if s.event in (*MISBEHAVIOURS, "poison")}
         final = charged if state == "done" else charged + 1
         retried = sorted(a for a in range(1, final) if a in starts and a not in faulted)
         if retried:
-            out.append(f"UNEXPLAINED RETRY: attempts {retried} started, did not misbehave, and "
-                       "were not recorded done (only handler faults were injected)")
+            out.append(
+                f"UNEXPLAINED RETRY: attempts {retried} started, did not misbehave, and "
+                "were not recorded done (only handler faults were injected)"
+            )
         lost_ok = sorted(a for a in oks if a != charged or state != "done")
         if lost_ok:
-            out.append(f"LOST SUCCESS: attempts {lost_ok} returned ok but were not recorded "
-                       "done (only handler faults were injected)")
+            out.append(
+                f"LOST SUCCESS: attempts {lost_ok} returned ok but were not recorded "
+                "done (only handler faults were injected)"
+            )
     return out
 
 

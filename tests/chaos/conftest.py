@@ -16,7 +16,8 @@ RUNS = pytest.StashKey[list[Run]]()
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker (pyproject.toml is shared; the marker lives with its suite)."""
     config.addinivalue_line(
-        "markers", "chaos: fault injection over thousands of jobs (CHAOS_SIZE=quick|full)")
+        "markers", "chaos: fault injection over thousands of jobs (CHAOS_SIZE=quick|full)"
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -29,8 +30,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed:
         for run in item.stash.get(RUNS, []):
             for sup in run.supervisors:
-                report.sections.append((f"{run.name}: {sup.log_path.name} (tail)",
-                                        sup.log_tail(60)))
+                report.sections.append(
+                    (f"{run.name}: {sup.log_path.name} (tail)", sup.log_tail(60))
+                )
     return report
 
 

@@ -27,8 +27,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "reliability.md"
-ORDER = ["kill9_children", "kill9_supervisor", "pg_restart", "terminate_backends",
-         "two_hosts_one_killed", "handler_faults"]
+ORDER = [
+    "kill9_children",
+    "kill9_supervisor",
+    "pg_restart",
+    "terminate_backends",
+    "two_hosts_one_killed",
+    "handler_faults",
+]
 TITLES = {
     "kill9_children": "(a) `kill -9` of random children every 0.2–0.5 s",
     "kill9_supervisor": "(b) `kill -9` of the supervisor, then a new one",
@@ -41,8 +47,9 @@ TITLES = {
 
 def results_dir(size: str) -> Path:
     """Where the fault tests of ``size`` write their numbers."""
-    return Path(os.environ.get("CHAOS_RESULTS")
-                or Path(tempfile.gettempdir()) / "brooq-chaos" / size)
+    return Path(
+        os.environ.get("CHAOS_RESULTS") or Path(tempfile.gettempdir()) / "brooq-chaos" / size
+    )
 
 
 def run_suite(size: str, directory: Path, pytest_args: list[str]) -> int:
@@ -50,8 +57,16 @@ def run_suite(size: str, directory: Path, pytest_args: list[str]) -> int:
     if directory.exists():
         shutil.rmtree(directory)
     env = {**os.environ, "CHAOS_SIZE": size, "CHAOS_RESULTS": str(directory)}
-    command = [sys.executable, "-m", "pytest", "tests/chaos/test_faults.py", "-p",
-               "no:cacheprovider", "-q", *pytest_args]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/chaos/test_faults.py",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        *pytest_args,
+    ]
     print("$ CHAOS_SIZE=" + size + " " + " ".join(command[1:]), flush=True)
     return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
 
@@ -62,22 +77,32 @@ def _faults(record: dict[str, Any]) -> str:
     if name == "kill9_children":
         return f"{f.get('child_kills')} child kills"
     if name == "kill9_supervisor":
-        return (f"1 supervisor kill; the {f.get('rows_held_at_kill')} rows it held returned "
-                f"{f.get('requeued_after_s')} s later")
+        return (
+            f"1 supervisor kill; the {f.get('rows_held_at_kill')} rows it held returned "
+            f"{f.get('requeued_after_s')} s later"
+        )
     if name == "pg_restart":
-        return (f"1 restart ({f.get('restart_s')} s) + {f.get('pg_down_s')} s down; "
-                f"/healthz 503 → 200 in {f.get('healthz_200_after_outage_s')} s")
+        return (
+            f"1 restart ({f.get('restart_s')} s) + {f.get('pg_down_s')} s down; "
+            f"/healthz 503 → 200 in {f.get('healthz_200_after_outage_s')} s"
+        )
     if name == "terminate_backends":
-        return (f"{f.get('backends_terminated')} backends terminated, "
-                f"{f.get('connections_refused_s')} s refused; /healthz 503 → 200")
+        return (
+            f"{f.get('backends_terminated')} backends terminated, "
+            f"{f.get('connections_refused_s')} s refused; /healthz 503 → 200"
+        )
     if name == "two_hosts_one_killed":
-        return (f"1 of 2 supervisors killed; the {f.get('rows_held_at_kill')} rows it held "
-                f"returned {f.get('requeued_after_s')} s later")
+        return (
+            f"1 of 2 supervisors killed; the {f.get('rows_held_at_kill')} rows it held "
+            f"returned {f.get('requeued_after_s')} s later"
+        )
     if name == "handler_faults":
         b = record.get("behaviours", {})
-        return (f"{b.get('raise', 0)} raise, {f.get('hangs')} hang (killed ≤ "
-                f"{f.get('hang_to_kill_max_s')} s), {f.get('self_kills')} self-kill, "
-                f"{b.get('poison', 0)} poison")
+        return (
+            f"{b.get('raise', 0)} raise, {f.get('hangs')} hang (killed ≤ "
+            f"{f.get('hang_to_kill_max_s')} s), {f.get('self_kills')} self-kill, "
+            f"{b.get('poison', 0)} poison"
+        )
     return json.dumps(f)
 
 
@@ -99,7 +124,8 @@ def table(records: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {TITLES.get(name, name)} | {r['jobs']:,} | {_faults(r)} | {r['lost']} | "
             f"{r['duplicated_effects']} | {r['extra_attempts']} | {r['reruns']} | "
-            f"{r['runtime_s']:g} s | {result} |")
+            f"{r['runtime_s']:g} s | {result} |"
+        )
     return "\n".join(lines)
 
 
@@ -114,22 +140,29 @@ def update_doc(size: str, text: str) -> None:
     doc = DOC.read_text()
     if begin not in doc or end not in doc:
         raise SystemExit(f"{DOC}: markers {begin} … {end} not found")
-    stamp = (f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
-             f"({platform.machine()}, Python {platform.python_version()}).")
+    stamp = (
+        f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores "
+        f"({platform.machine()}, Python {platform.python_version()})."
+    )
     block = f"{begin}\n{stamp}\n\n{text}\n{end}"
-    DOC.write_text(re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc,
-                          flags=re.S))
+    DOC.write_text(
+        re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+    )
     print(f"updated {DOC.relative_to(ROOT)} ({size})")
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; the exit code of the suite (0 with --no-run)."""
     parser = argparse.ArgumentParser(prog="python -m tests.chaos.report")
-    parser.add_argument("--size", default=os.environ.get("CHAOS_SIZE") or "quick",
-                        help="quick (2,000 jobs per fault), full (20,000) or a number")
+    parser.add_argument(
+        "--size",
+        default=os.environ.get("CHAOS_SIZE") or "quick",
+        help="quick (2,000 jobs per fault), full (20,000) or a number",
+    )
     parser.add_argument("--no-run", action="store_true", help="only render the last results")
-    parser.add_argument("--update-doc", action="store_true",
-                        help="write the table into docs/reliability.md")
+    parser.add_argument(
+        "--update-doc", action="store_true", help="write the table into docs/reliability.md"
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     directory = results_dir(args.size)

@@ -31,34 +31,48 @@ JOBS = SIZES[SIZE] if SIZE in SIZES else int(SIZE)
 WORKERS = 4
 LEASE_S = 3.0
 REAPER_S = 5.0  # max(5s, lease/4)
-RESULTS = Path(os.environ.get("CHAOS_RESULTS")
-               or Path(tempfile.gettempdir()) / "brooq-chaos" / SIZE)
+RESULTS = Path(
+    os.environ.get("CHAOS_RESULTS") or Path(tempfile.gettempdir()) / "brooq-chaos" / SIZE
+)
 DRAIN_TIMEOUT_S = 90 + JOBS / 40
 TEST_TIMEOUT_S = int(DRAIN_TIMEOUT_S * 2 + 120)
 SUPERVISOR_ARGS = (
-    "--workers", str(WORKERS), "--http-addr", "127.0.0.1:0", "--lease", f"{LEASE_S:g}s",
-    "--poll-interval", "200ms", "--watchdog-grace", "1s", "--graceful-timeout", "5s",
+    "--workers",
+    str(WORKERS),
+    "--http-addr",
+    "127.0.0.1:0",
+    "--lease",
+    f"{LEASE_S:g}s",
+    "--poll-interval",
+    "200ms",
+    "--watchdog-grace",
+    "1s",
+    "--graceful-timeout",
+    "5s",
 )
 
 
 def wait_drained(conn: Executes, timeout: float = DRAIN_TIMEOUT_S) -> None:
     """Wait until no job is pending, processing or failed."""
-    wait_until(lambda: unfinished(conn) == 0, timeout, "every job to reach a terminal state",
-               interval=0.2)
+    wait_until(
+        lambda: unfinished(conn) == 0, timeout, "every job to reach a terminal state", interval=0.2
+    )
 
 
 def progress(conn: Executes) -> float:
     """The share of jobs that are terminal."""
-    row = conn.execute("SELECT count(*) FILTER (WHERE state IN ('done', 'dead', 'canceled')), "
-                       "count(*) FROM job").fetchone()
+    row = conn.execute(
+        "SELECT count(*) FILTER (WHERE state IN ('done', 'dead', 'canceled')), count(*) FROM job"
+    ).fetchone()
     assert row is not None
     return float(row[0]) / max(1, int(row[1]))
 
 
 def wait_progress(conn: Executes, share: float, timeout: float = 120) -> None:
     """Wait until at least ``share`` of the jobs are terminal."""
-    wait_until(lambda: progress(conn) >= share, timeout, f"{share:.0%} of the jobs done",
-               interval=0.05)
+    wait_until(
+        lambda: progress(conn) >= share, timeout, f"{share:.0%} of the jobs done", interval=0.05
+    )
 
 
 def worker_pids(sup: Supervisor) -> list[int]:
@@ -145,14 +159,19 @@ class Run:
         path.mkdir(exist_ok=True)
         return path
 
-    def supervise(self, name: str = "supervisor", dsn: str | None = None,
-                  args: tuple[str, ...] = SUPERVISOR_ARGS) -> Supervisor:
+    def supervise(
+        self,
+        name: str = "supervisor",
+        dsn: str | None = None,
+        args: tuple[str, ...] = SUPERVISOR_ARGS,
+    ) -> Supervisor:
         """Start ``brooq supervise --app ledger:queue`` (stopped by :meth:`stop_all`)."""
         tmp = self.workdir / "tmp"
         tmp.mkdir(exist_ok=True)
         env = {"PYTHONPATH": str(APPS), "LEDGER_DIR": str(self.side_dir), "TMPDIR": str(tmp)}
-        sup = Supervisor(dsn or self.dsn, self.workdir, app="ledger:queue", args=args,
-                         env=env, name=name)
+        sup = Supervisor(
+            dsn or self.dsn, self.workdir, app="ledger:queue", args=args, env=env, name=name
+        )
         self.supervisors.append(sup)
         return sup.start()
 
@@ -160,8 +179,11 @@ class Run:
         """SIGKILL a supervisor; wait ≤ 2 s for all its workers to die with it. Their pids."""
         kids = worker_pids(sup)
         os.kill(sup.pid, signal.SIGKILL)
-        wait_until(lambda: not any(alive(p) for p in kids), 2.0,
-                   f"the children {kids} of the killed supervisor to die")
+        wait_until(
+            lambda: not any(alive(p) for p in kids),
+            2.0,
+            f"the children {kids} of the killed supervisor to die",
+        )
         sup.wait_exit(5)
         return kids
 
@@ -171,16 +193,29 @@ class Run:
             with contextlib.suppress(Exception):
                 sup.stop(timeout=15)
 
-    def finish(self, conn: Executes, plan: Plan, *, strict: bool = False,
-               lease_faults: bool = False, extra: dict[str, Any] | None = None) -> Verdict:
+    def finish(
+        self,
+        conn: Executes,
+        plan: Plan,
+        *,
+        strict: bool = False,
+        lease_faults: bool = False,
+        extra: dict[str, Any] | None = None,
+    ) -> Verdict:
         """Check every job; write the results file; the verdict (asserted by the caller)."""
         verdict = check(conn, plan, self.side_dir, strict=strict, lease_faults=lease_faults)
         record = {
-            "test": self.name, "fault": self.fault, "size": SIZE, "workers": WORKERS,
+            "test": self.name,
+            "fault": self.fault,
+            "size": SIZE,
+            "workers": WORKERS,
             "behaviours": {b: plan.count(b) for b in sorted(set(plan.behaviour.values()))},
-            "faults": self.faults, "runtime_s": round(time.monotonic() - self.started, 1),
-            "problems": len(verdict.problems), "first_problems": verdict.problems[:10],
-            **verdict.numbers(), **(extra or {}),
+            "faults": self.faults,
+            "runtime_s": round(time.monotonic() - self.started, 1),
+            "problems": len(verdict.problems),
+            "first_problems": verdict.problems[:10],
+            **verdict.numbers(),
+            **(extra or {}),
         }
         write_results(RESULTS / f"{self.name}.json", record)
         return verdict

@@ -43,8 +43,12 @@ from tests.chaos.rig import (
 )
 from tests.system.harness import free_port
 
-pytestmark = [pytest.mark.chaos, pytest.mark.system, pytest.mark.db,
-              pytest.mark.timeout(TEST_TIMEOUT_S)]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.system,
+    pytest.mark.db,
+    pytest.mark.timeout(TEST_TIMEOUT_S),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_SH = ROOT / "scripts" / "pg.sh"
@@ -92,7 +96,8 @@ def killed(sup: Any) -> int:
 def assert_attempts_explained(verdict: Any, faults: int, what: str) -> None:
     """Every extra attempt is one a fault explains: a killed attempt or a returned lease."""
     assert verdict.extra_attempts <= faults, (
-        f"{verdict.extra_attempts} extra attempts, but {what} explain at most {faults}")
+        f"{verdict.extra_attempts} extra attempts, but {what} explain at most {faults}"
+    )
 
 
 def held_rows(pg: psycopg.Connection[Any], pids: list[int]) -> dict[str, Any]:
@@ -102,7 +107,9 @@ def held_rows(pg: psycopg.Connection[Any], pids: list[int]) -> dict[str, Any]:
     """
     row = pg.execute(
         "SELECT coalesce(array_agg(id), '{}'), now() FROM job WHERE state = 'processing' "
-        "AND split_part(locked_by, ':', 2) = ANY(%s)", ([str(p) for p in pids],)).fetchone()
+        "AND split_part(locked_by, ':', 2) = ANY(%s)",
+        ([str(p) for p in pids],),
+    ).fetchone()
     assert row is not None
     return {"ids": list(row[0]), "at": row[1]}
 
@@ -117,16 +124,17 @@ def recovery_s(pg: psycopg.Connection[Any], held: dict[str, Any]) -> float | Non
     """Seconds from the kill until the last row the dead processes held was finished."""
     if not held["ids"]:
         return None
-    row = pg.execute("SELECT extract(epoch FROM max(updated_at) - %s)::float8 FROM job "
-                     "WHERE id = ANY(%s)", (held["at"], held["ids"])).fetchone()
+    row = pg.execute(
+        "SELECT extract(epoch FROM max(updated_at) - %s)::float8 FROM job WHERE id = ANY(%s)",
+        (held["at"], held["ids"]),
+    ).fetchone()
     return round(float(row[0]), 1) if row and row[0] is not None else None
 
 
 # --- (a) random kill -9 of children ----------------------------------------------------------
 
 
-def test_random_kill_9_of_children(pg: psycopg.Connection[Any], dsn: str,
-                                   chaos: Chaos) -> None:
+def test_random_kill_9_of_children(pg: psycopg.Connection[Any], dsn: str, chaos: Chaos) -> None:
     run = chaos("kill9_children", "kill -9 of a random child every 0.2-0.5 s", dsn)
     create_tables(pg)
     plan = enqueue_mix(pg, JOBS, BACKGROUND_MIX, max_ms=20)  # kills land inside handlers too
@@ -158,8 +166,9 @@ def test_random_kill_9_of_children(pg: psycopg.Connection[Any], dsn: str,
 # --- (b) kill -9 of the supervisor, then a restart ----------------------------------------------
 
 
-def test_kill_9_of_the_supervisor_then_restart(pg: psycopg.Connection[Any], dsn: str,
-                                               chaos: Chaos) -> None:
+def test_kill_9_of_the_supervisor_then_restart(
+    pg: psycopg.Connection[Any], dsn: str, chaos: Chaos
+) -> None:
     run = chaos("kill9_supervisor", "kill -9 of the supervisor mid-run, then a new one", dsn)
     create_tables(pg)
     plan = enqueue_mix(pg, JOBS, BACKGROUND_MIX)
@@ -172,11 +181,14 @@ def test_kill_9_of_the_supervisor_then_restart(pg: psycopg.Connection[Any], dsn:
     second = run.supervise("second")
     second.wait_children(WORKERS)
     wait_drained(pg)
-    run.faults = {"supervisor_kills": 1, "children_killed_with_it": len(kids),
-                  "rows_held_at_kill": len(held["ids"]),
-                  "requeued_after_s": requeue_s(killed_wall, second),
-                  "held_rows_done_after_s": recovery_s(pg, held),
-                  "all_done_after_s": round(time.monotonic() - killed_at, 1)}
+    run.faults = {
+        "supervisor_kills": 1,
+        "children_killed_with_it": len(kids),
+        "rows_held_at_kill": len(held["ids"]),
+        "requeued_after_s": requeue_s(killed_wall, second),
+        "held_rows_done_after_s": recovery_s(pg, held),
+        "all_done_after_s": round(time.monotonic() - killed_at, 1),
+    }
     verdict = run.finish(pg, plan, lease_faults=True)
     assert_clean(run, verdict)
     if held["ids"]:
@@ -185,8 +197,9 @@ def test_kill_9_of_the_supervisor_then_restart(pg: psycopg.Connection[Any], dsn:
         # they then queue behind the backlog (available_at = now()), as they should
         assert run.faults["requeued_after_s"] <= LEASE_S + REAPER_S + 5
     assert crash_exits(second) <= CRASH_SLACK
-    assert_attempts_explained(verdict, requeued(pg, second) + killed(second),
-                              "returned leases and kills")
+    assert_attempts_explained(
+        verdict, requeued(pg, second) + killed(second), "returned leases and kills"
+    )
     assert_serving(second)
     assert second.stop() == 0
 
@@ -195,8 +208,9 @@ def test_kill_9_of_the_supervisor_then_restart(pg: psycopg.Connection[Any], dsn:
 
 
 def pg_sh(env: dict[str, str], *args: str, timeout: float = 120) -> str:
-    done = subprocess.run([str(PG_SH), *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
+    done = subprocess.run(
+        [str(PG_SH), *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"pg.sh {' '.join(args)} failed:\n{done.stderr}"
     return done.stdout.strip()
 
@@ -244,8 +258,12 @@ class Reconnecting:
 
 def test_postgresql_restart(private_pg: tuple[str, dict[str, str]], chaos: Chaos) -> None:
     url, env = private_pg
-    run = chaos("pg_restart", "PostgreSQL restarted mid-run (pg_ctl restart -m fast), "
-                f"then stopped for {LONG_OUTAGE_S:g} s (longer than the lease)", url)
+    run = chaos(
+        "pg_restart",
+        "PostgreSQL restarted mid-run (pg_ctl restart -m fast), "
+        f"then stopped for {LONG_OUTAGE_S:g} s (longer than the lease)",
+        url,
+    )
     conn = Reconnecting(url)
     try:
         create_tables(conn)
@@ -272,20 +290,27 @@ def test_postgresql_restart(private_pg: tuple[str, dict[str, str]], chaos: Chaos
             recovered = health.wait_status(200, 30, "/healthz 200 after the outage")
         wait_drained(conn)
         crashes = crash_exits(sup)
-        run.faults = {"pg_restarts": 1, "pg_down_s": LONG_OUTAGE_S,
-                      "restart_s": round(restart_s, 2),
-                      "healthz_503_during_restart": seen_restart.count(503),
-                      "healthz_during_outage": sorted(set(during_outage)),
-                      "healthz_200_after_outage_s": round(recovered - t2, 2),
-                      "crash_exits": crashes}
+        run.faults = {
+            "pg_restarts": 1,
+            "pg_down_s": LONG_OUTAGE_S,
+            "restart_s": round(restart_s, 2),
+            "healthz_503_during_restart": seen_restart.count(503),
+            "healthz_during_outage": sorted(set(during_outage)),
+            "healthz_200_after_outage_s": round(recovered - t2, 2),
+            "crash_exits": crashes,
+        }
         verdict = run.finish(conn, plan, lease_faults=True)
         assert_clean(run, verdict)
         assert during_outage and set(during_outage) == {503}, (
-            f"/healthz during the outage: {during_outage}")
+            f"/healthz during the outage: {during_outage}"
+        )
         assert 503 in seen_restart + during_outage
         assert crashes <= CRASH_SLACK, f"{crashes} children crashed on a database outage"
-        assert_attempts_explained(verdict, requeued(conn, sup) + crashes + killed(sup),
-                                  "returned leases, crashes and kills")
+        assert_attempts_explained(
+            verdict,
+            requeued(conn, sup) + crashes + killed(sup),
+            "returned leases, crashes and kills",
+        )
         assert len(sup.events("SupervisorStarted")) == 1
         assert_serving(sup)
         assert sup.stop() == 0
@@ -298,15 +323,21 @@ def test_postgresql_restart(private_pg: tuple[str, dict[str, str]], chaos: Chaos
 
 # Only the test role's own connections (brooq's): an autovacuum worker in the same database is
 # not ours to kill, and the test role is not a superuser.
-TERMINATE = ("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-             "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-             "AND usename = current_user")
+TERMINATE = (
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+    "AND usename = current_user"
+)
 
 
-def test_terminate_every_backend(pg: psycopg.Connection[Any], dsn: str,
-                                 admin: psycopg.Connection[Any], chaos: Chaos) -> None:
-    run = chaos("terminate_backends", "pg_terminate_backend of every brooq connection, "
-                "3 times, then connections refused for 2 s", dsn)
+def test_terminate_every_backend(
+    pg: psycopg.Connection[Any], dsn: str, admin: psycopg.Connection[Any], chaos: Chaos
+) -> None:
+    run = chaos(
+        "terminate_backends",
+        "pg_terminate_backend of every brooq connection, 3 times, then connections refused for 2 s",
+        dsn,
+    )
     db = pgsql.Identifier(pg.info.dbname)
     create_tables(pg)
     plan = enqueue_mix(pg, JOBS, BACKGROUND_MIX)
@@ -336,18 +367,22 @@ def test_terminate_every_backend(pg: psycopg.Connection[Any], dsn: str,
         admin.execute(pgsql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS true").format(db))
     wait_drained(pg)
     crashes = crash_exits(sup)
-    run.faults = {"terminate_rounds": len(terminated), "backends_terminated": sum(terminated),
-                  "connections_refused_s": OUTAGE_S,
-                  "healthz_during_outage": sorted(set(during_outage)),
-                  "healthz_200_after_outage_s": round(recovered - t2, 2),
-                  "crash_exits": crashes}
+    run.faults = {
+        "terminate_rounds": len(terminated),
+        "backends_terminated": sum(terminated),
+        "connections_refused_s": OUTAGE_S,
+        "healthz_during_outage": sorted(set(during_outage)),
+        "healthz_200_after_outage_s": round(recovered - t2, 2),
+        "crash_exits": crashes,
+    }
     verdict = run.finish(pg, plan, lease_faults=True)
     assert_clean(run, verdict)
     assert min(terminated) >= WORKERS, f"too few backends terminated: {terminated}"
     assert during_outage and set(during_outage) == {503}, f"/healthz: {during_outage}"
     assert crashes <= CRASH_SLACK, f"{crashes} children crashed on terminated connections"
-    assert_attempts_explained(verdict, requeued(pg, sup) + crashes + killed(sup),
-                              "returned leases, crashes and kills")
+    assert_attempts_explained(
+        verdict, requeued(pg, sup) + crashes + killed(sup), "returned leases, crashes and kills"
+    )
     assert_serving(sup)
     assert sup.stop() == 0
 
@@ -355,10 +390,10 @@ def test_terminate_every_backend(pg: psycopg.Connection[Any], dsn: str,
 # --- (e) two supervisors, one killed -------------------------------------------------------------
 
 
-def test_two_supervisors_one_killed(pg: psycopg.Connection[Any], dsn: str,
-                                    chaos: Chaos) -> None:
-    run = chaos("two_hosts_one_killed", "two supervisors on one database, one kill -9'd "
-                "mid-run", dsn)
+def test_two_supervisors_one_killed(pg: psycopg.Connection[Any], dsn: str, chaos: Chaos) -> None:
+    run = chaos(
+        "two_hosts_one_killed", "two supervisors on one database, one kill -9'd mid-run", dsn
+    )
     create_tables(pg)
     plan = enqueue_mix(pg, JOBS, BACKGROUND_MIX)
     host_a = run.supervise("host_a")
@@ -366,16 +401,23 @@ def test_two_supervisors_one_killed(pg: psycopg.Connection[Any], dsn: str,
     host_a.wait_children(WORKERS)
     host_b.wait_children(WORKERS)
     wait_progress(pg, 0.3)
-    holders = {r[0] for r in pg.execute(
-        "SELECT DISTINCT split_part(locked_by, ':', 2) FROM job WHERE state = 'done'")}
+    holders = {
+        r[0]
+        for r in pg.execute(
+            "SELECT DISTINCT split_part(locked_by, ':', 2) FROM job WHERE state = 'done'"
+        )
+    }
     kids = run.kill_supervisor(host_a)
     killed_wall = time.time()
     held = held_rows(pg, [host_a.pid])
     wait_drained(pg)
-    run.faults = {"supervisor_kills": 1, "children_killed_with_it": len(kids),
-                  "rows_held_at_kill": len(held["ids"]),
-                  "requeued_after_s": requeue_s(killed_wall, host_b),
-                  "held_rows_done_after_s": recovery_s(pg, held)}
+    run.faults = {
+        "supervisor_kills": 1,
+        "children_killed_with_it": len(kids),
+        "rows_held_at_kill": len(held["ids"]),
+        "requeued_after_s": requeue_s(killed_wall, host_b),
+        "held_rows_done_after_s": recovery_s(pg, held),
+    }
     verdict = run.finish(pg, plan, lease_faults=True)
     assert_clean(run, verdict)
     assert holders == {str(host_a.pid), str(host_b.pid)}, f"both hosts worked: {holders}"
@@ -391,29 +433,40 @@ def test_two_supervisors_one_killed(pg: psycopg.Connection[Any], dsn: str,
 # --- (f) handler exceptions, hangs and self-kills -------------------------------------------------
 
 
-def test_handler_exceptions_hangs_and_self_kills(pg: psycopg.Connection[Any], dsn: str,
-                                                 chaos: Chaos) -> None:
-    run = chaos("handler_faults", "handlers raising (3%), hanging deaf to signals (1%), "
-                "SIGKILLing themselves (2%), poison (1%)", dsn)
+def test_handler_exceptions_hangs_and_self_kills(
+    pg: psycopg.Connection[Any], dsn: str, chaos: Chaos
+) -> None:
+    run = chaos(
+        "handler_faults",
+        "handlers raising (3%), hanging deaf to signals (1%), "
+        "SIGKILLing themselves (2%), poison (1%)",
+        dsn,
+    )
     create_tables(pg)
     plan = enqueue_mix(pg, JOBS, HANDLER_MIX)
     sup = run.supervise()
     sup.wait_children(WORKERS)
     wait_drained(pg)
     side = read_side_log(run.side_dir)
-    hang_at = {job_id: e.ts for job_id, entries in side.items() for e in entries
-               if e.event == "hang"}
+    hang_at = {
+        job_id: e.ts for job_id, entries in side.items() for e in entries if e.event == "hang"
+    }
     self_kills = sum(1 for entries in side.values() for e in entries if e.event == "selfkill")
     killed = {e["job_id"]: e["ts"] for e in sup.events("WorkerKilled")}
     hung_exits = len(sup.events("WorkerExited", reason="hung"))
     crashes = crash_exits(sup)
     lease_lost = [e for e in sup.events("LeaseLost") if e.get("logger") == "brooq.supervisor"]
     waits = sorted(killed[j] - t for j, t in hang_at.items() if j in killed)
-    run.faults = {"raises": plan.count("raise"), "hangs": len(hang_at),
-                  "self_kills": self_kills, "poison": plan.count("poison"),
-                  "hung_exits": hung_exits, "crash_exits": crashes,
-                  "lease_lost_interrupts": len(lease_lost),
-                  "hang_to_kill_max_s": round(waits[-1], 2) if waits else None}
+    run.faults = {
+        "raises": plan.count("raise"),
+        "hangs": len(hang_at),
+        "self_kills": self_kills,
+        "poison": plan.count("poison"),
+        "hung_exits": hung_exits,
+        "crash_exits": crashes,
+        "lease_lost_interrupts": len(lease_lost),
+        "hang_to_kill_max_s": round(waits[-1], 2) if waits else None,
+    }
     verdict = run.finish(pg, plan, strict=True)
     assert_clean(run, verdict)
     assert len(hang_at) == plan.count("hang") and self_kills == plan.count("selfkill")
@@ -433,6 +486,5 @@ def test_reaper_period_is_what_the_rig_assumes() -> None:
     """The rig's timing assumptions (lease 3 s, reaper max(5 s, lease/4)) hold in config."""
     from brooq.config import load_settings
 
-    settings = load_settings(environ={}, env_file=None,
-                             overrides={"QUEUE_LEASE": f"{LEASE_S:g}s"})
+    settings = load_settings(environ={}, env_file=None, overrides={"QUEUE_LEASE": f"{LEASE_S:g}s"})
     assert settings.reaper_period.total_seconds() == REAPER_S

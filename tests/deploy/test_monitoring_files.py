@@ -23,25 +23,47 @@ PROMETHEUS_DIR = ROOT / "monitoring" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "brooq-alerts.yml"
 DASHBOARD = ROOT / "monitoring" / "grafana" / "brooq-dashboard.json"
 
-EXPECTED_ALERTS = {"BrooqQueueStalled", "BrooqJobsDying", "BrooqHungHandlers",
-                   "BrooqLeasesLost", "BrooqTargetDown", "BrooqWorkersRestarting"}
+EXPECTED_ALERTS = {
+    "BrooqQueueStalled",
+    "BrooqJobsDying",
+    "BrooqHungHandlers",
+    "BrooqLeasesLost",
+    "BrooqTargetDown",
+    "BrooqWorkersRestarting",
+}
 # Names in PromQL that are not metrics: functions, keywords, Prometheus's own series.
-PROMQL_WORDS = {"sum", "max", "min", "avg", "by", "without", "rate", "increase",
-                "histogram_quantile", "on", "ignoring", "group_left", "up", "le"}
+PROMQL_WORDS = {
+    "sum",
+    "max",
+    "min",
+    "avg",
+    "by",
+    "without",
+    "rate",
+    "increase",
+    "histogram_quantile",
+    "on",
+    "ignoring",
+    "group_left",
+    "up",
+    "le",
+}
 
 
 def metric_names(expr: str) -> set[str]:
     """The metric names an expression reads (identifiers outside strings and braces)."""
-    bare = re.sub(r"\{[^}]*\}|\[[^\]]*\]|\"[^\"]*\"|\b(?:by|without|on|ignoring)\s*\([^)]*\)",
-                  " ", expr)
+    bare = re.sub(
+        r"\{[^}]*\}|\[[^\]]*\]|\"[^\"]*\"|\b(?:by|without|on|ignoring)\s*\([^)]*\)", " ", expr
+    )
     return {w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", bare)} - PROMQL_WORDS
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     """Run promtool in monitoring/prometheus (so relative rule paths resolve)."""
     tool = ensure_prometheus_tool("promtool")
-    return subprocess.run([tool, *args], cwd=PROMETHEUS_DIR, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [tool, *args], cwd=PROMETHEUS_DIR, capture_output=True, text=True, timeout=60
+    )
 
 
 def dashboard() -> dict[str, Any]:
@@ -81,8 +103,12 @@ def test_every_alert_is_there_with_for_labels_and_annotations() -> None:
     for block in blocks:
         assert "severity:" in block and "summary:" in block and "description:" in block, block
     timed = {b.split()[0] for b in blocks if re.search(r"\n\s+for: \d+m", b)}
-    assert timed >= {"BrooqQueueStalled", "BrooqJobsDying", "BrooqTargetDown",
-                     "BrooqWorkersRestarting"}
+    assert timed >= {
+        "BrooqQueueStalled",
+        "BrooqJobsDying",
+        "BrooqTargetDown",
+        "BrooqWorkersRestarting",
+    }
 
 
 def test_alert_expressions_read_only_exported_metrics() -> None:
@@ -96,11 +122,19 @@ def test_alert_expressions_read_only_exported_metrics() -> None:
 
 def test_the_exported_names_are_the_ones_of_design_md() -> None:
     assert exported_metric_names() >= {
-        "brooq_jobs", "brooq_ready_oldest_age_seconds", "brooq_claimed_total",
-        "brooq_settle_total", "brooq_attempt_duration_seconds_bucket",
-        "brooq_attempt_duration_seconds_sum", "brooq_attempt_duration_seconds_count",
-        "brooq_worker_busy", "brooq_workers", "brooq_hung_workers_total",
-        "brooq_lease_lost_total", "brooq_requeued_total", "brooq_retention_deleted_total",
+        "brooq_jobs",
+        "brooq_ready_oldest_age_seconds",
+        "brooq_claimed_total",
+        "brooq_settle_total",
+        "brooq_attempt_duration_seconds_bucket",
+        "brooq_attempt_duration_seconds_sum",
+        "brooq_attempt_duration_seconds_count",
+        "brooq_worker_busy",
+        "brooq_workers",
+        "brooq_hung_workers_total",
+        "brooq_lease_lost_total",
+        "brooq_requeued_total",
+        "brooq_retention_deleted_total",
         "brooq_worker_restarts_total",
     }
 

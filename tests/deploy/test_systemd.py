@@ -30,12 +30,22 @@ SERVICE = UNITS / "brooq.service"
 MIGRATE = UNITS / "brooq-migrate.service"
 PLACEHOLDER_BIN = "/opt/brooq/venv/bin/"
 HARDENING = {
-    "NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
-    "PrivateTmp": "yes", "PrivateDevices": "yes", "ProtectKernelTunables": "yes",
-    "ProtectKernelModules": "yes", "ProtectKernelLogs": "yes", "ProtectControlGroups": "yes",
-    "RestrictNamespaces": "yes", "RestrictSUIDSGID": "yes", "LockPersonality": "yes",
-    "MemoryDenyWriteExecute": "yes", "SystemCallFilter": "@system-service",
-    "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6", "CapabilityBoundingSet": "",
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateTmp": "yes",
+    "PrivateDevices": "yes",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectKernelLogs": "yes",
+    "ProtectControlGroups": "yes",
+    "RestrictNamespaces": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "MemoryDenyWriteExecute": "yes",
+    "SystemCallFilter": "@system-service",
+    "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+    "CapabilityBoundingSet": "",
 }
 
 
@@ -46,10 +56,16 @@ def systemd_analyze() -> str:
         return found
     assert os.geteuid() == 0, "systemd-analyze is missing: apt-get install systemd (as root)"
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=300,
-                   capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "systemd"],
-                   check=True, env=env, timeout=600, capture_output=True)
+    subprocess.run(
+        ["apt-get", "update", "-qq"], check=True, env=env, timeout=300, capture_output=True
+    )
+    subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "systemd"],
+        check=True,
+        env=env,
+        timeout=600,
+        capture_output=True,
+    )
     found = shutil.which("systemd-analyze")
     assert found, "apt-get install systemd did not provide systemd-analyze"
     return found
@@ -83,8 +99,13 @@ def local_copy(unit: Path, folder: Path) -> Path:
 
 
 def verify(*units: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([systemd_analyze(), "verify", *map(str, units)], capture_output=True,
-                          text=True, timeout=120, cwd=units[0].parent)
+    return subprocess.run(
+        [systemd_analyze(), "verify", *map(str, units)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=units[0].parent,
+    )
 
 
 def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
@@ -147,8 +168,10 @@ def test_secrets_come_through_credentials_brooq_reads(unit: Path) -> None:
     assert set(credentials) <= set(CREDENTIAL_FILES)
     assert "database-url" in credentials
     assert all(path.startswith("/etc/brooq/credentials/") for path in credentials.values())
-    assert not any(re.search(r"DATABASE_URL|BROOQ_TOKEN|password", v, re.IGNORECASE)
-                   for v in settings(unit).get("Environment", []))
+    assert not any(
+        re.search(r"DATABASE_URL|BROOQ_TOKEN|password", v, re.IGNORECASE)
+        for v in settings(unit).get("Environment", [])
+    )
 
 
 def test_the_worker_unit_loads_both_credentials() -> None:
@@ -164,8 +187,13 @@ def test_hardening(unit: Path) -> None:
 
 def test_exposure_score_stays_low(tmp_path: Path) -> None:
     copy = local_copy(SERVICE, tmp_path)
-    done = subprocess.run([systemd_analyze(), "security", "--offline=true", str(copy)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [systemd_analyze(), "security", "--offline=true", str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     match = re.search(r"Overall exposure level for brooq\.service: ([0-9.]+)", done.stdout)
     assert match, done.stdout + done.stderr
     assert float(match[1]) <= 2.0, done.stdout

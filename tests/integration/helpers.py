@@ -97,7 +97,9 @@ def claim_race_worker(dsn: str, topics: list[str], start: Any, results: Any) -> 
             with store.connector.connection() as conn:
                 row = conn.execute(
                     "SELECT EXISTS (SELECT 1 FROM job WHERE state IN ('pending', 'failed') "
-                    "AND topic = ANY(%s))", (topics,)).fetchone()
+                    "AND topic = ANY(%s))",
+                    (topics,),
+                ).fetchone()
             if not (row and row[0]):
                 break
             time.sleep(0.001)

@@ -27,7 +27,8 @@ def big_queue(pg: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         "SELECT (%s::text[])[1 + i %% 3], jsonb_build_object('i', i), "
         "       now() - make_interval(secs => i / 100.0) "
         "FROM generate_series(1, %s) AS i",
-        (TOPICS, ROWS))
+        (TOPICS, ROWS),
+    )
     pg.execute("ANALYZE job")
     return pg
 
@@ -42,12 +43,17 @@ def _nodes(plan: dict[str, Any], bounded: bool = False) -> Iterator[tuple[dict[s
 
 def _check_plan(plan: dict[str, Any]) -> None:
     nodes = list(_nodes(plan))
-    claim_scans = [n for n, _ in nodes
-                   if n["Node Type"] == "Index Scan" and n.get("Index Name") == "job_claim_idx"]
+    claim_scans = [
+        n
+        for n, _ in nodes
+        if n["Node Type"] == "Index Scan" and n.get("Index Name") == "job_claim_idx"
+    ]
     assert claim_scans, "the claim does not scan job_claim_idx"
     for node, _ in nodes:
-        assert not (node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
-                    and node.get("Relation Name") == "job"), f"full scan of job: {node}"
+        assert not (
+            node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
+            and node.get("Relation Name") == "job"
+        ), f"full scan of job: {node}"
         if node["Node Type"] in ("Sort", "Incremental Sort"):
             # A Sort may only order per-topic heads, each already cut by a Limit.
             for inner, bounded in _nodes(node):
@@ -62,13 +68,16 @@ def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], nam
     assert row is not None
     _check_plan(row[0][0]["Plan"])
     assert big_queue.execute("SELECT count(*) FROM job WHERE state = 'pending'").fetchone() == (
-        ROWS,), "EXPLAIN must not have claimed anything"
+        ROWS,
+    ), "EXPLAIN must not have claimed anything"
 
 
 PREPARED = {
     "claim_topic": ("text, interval, text, int", "'w1', '30 seconds', 'report.daily', 10"),
-    "claim_topics": ("text, interval, text[], int",
-                     "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize'], 10"),
+    "claim_topics": (
+        "text, interval, text[], int",
+        "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize'], 10",
+    ),
 }
 
 

@@ -116,8 +116,7 @@ class PgEnv:
         )
         self.pg.execute(
             pgsql.SQL("UPDATE job SET {} WHERE id = {}").format(sets, pgsql.Placeholder("_id")),
-            {**{c: str(v) if isinstance(v, State) else v for c, v in cols.items()},
-             "_id": job_id},
+            {**{c: str(v) if isinstance(v, State) else v for c, v in cols.items()}, "_id": job_id},
         )
 
     def count(self) -> int:
@@ -151,8 +150,12 @@ def enqueue(store: Store, topic: str = "work", payload: Any = None, **kw: Any) -
     return result.id
 
 
-def claim(store: Store, holder: str = "worker-1", topics: tuple[str, ...] = ("work",),
-          lease: timedelta = LEASE) -> Claimed:
+def claim(
+    store: Store,
+    holder: str = "worker-1",
+    topics: tuple[str, ...] = ("work",),
+    lease: timedelta = LEASE,
+) -> Claimed:
     claimed = store.claim(holder, list(topics), lease)
     assert claimed is not None, "expected a ready job"
     return claimed
@@ -171,7 +174,11 @@ def test_enqueue_claim_settle_done(env: Env) -> None:
     job_id = enqueue(store, payload={"n": 1, "s": "é"})
     row = store.get(job_id)
     assert (row.state, row.attempts, row.locked_by, row.locked_until) == (
-        State.PENDING, 0, None, None)
+        State.PENDING,
+        0,
+        None,
+        None,
+    )
     assert row.payload == {"n": 1, "s": "é"} and row.topic == "work"
     assert row.idempotency_key is None and row.last_error is None
 
@@ -212,10 +219,12 @@ def test_claim_order_is_available_at_then_enqueue_order(env: Env, topics: tuple[
     t = env.now()
     late = enqueue(store, payload="late", available_at=t - timedelta(seconds=10))
     batch = store.enqueue_many(
-        [Job("work", f"batch-{i}", available_at=t - timedelta(seconds=20)) for i in range(5)])
+        [Job("work", f"batch-{i}", available_at=t - timedelta(seconds=20)) for i in range(5)]
+    )
     after_batch = enqueue(store, payload="after-batch", available_at=t - timedelta(seconds=20))
-    middle = enqueue(store, topic=topics[-1], payload="middle",
-                     available_at=t - timedelta(seconds=15))
+    middle = enqueue(
+        store, topic=topics[-1], payload="middle", available_at=t - timedelta(seconds=15)
+    )
     enqueue(store, payload="future", available_at=t + timedelta(hours=1))
     enqueue(store, topic="unserved", payload="unserved", available_at=t - timedelta(hours=1))
 
@@ -309,8 +318,14 @@ def _stale_ticket(env: Env, scenario: str) -> tuple[str, Ticket]:
     return job_id, c.ticket
 
 
-STALE = ["wrong-holder", "wrong-attempt", "earlier-attempt", "after-cancel", "after-requeue",
-         "after-requeue-and-reclaim"]
+STALE = [
+    "wrong-holder",
+    "wrong-attempt",
+    "earlier-attempt",
+    "after-cancel",
+    "after-requeue",
+    "after-requeue-and-reclaim",
+]
 
 
 @pytest.mark.parametrize("scenario", STALE)
@@ -445,7 +460,11 @@ def test_requeue_expired_returns_rows_without_touching_attempts(env: Env) -> Non
     for job_id, attempts in ((expired_work, 2), (expired_other, 1)):
         row = store.get(job_id)
         assert (row.state, row.attempts, row.locked_by, row.locked_until) == (
-            State.PENDING, attempts, None, None)
+            State.PENDING,
+            attempts,
+            None,
+            None,
+        )
         assert between(row.available_at, t0, t1)
     assert store.get(alive) == before_alive
     assert store.get(pending) == before_pending
@@ -483,11 +502,11 @@ def test_only_expiries_in_a_row_make_a_job_dead(env: Env) -> None:
     env.expire(last.id)
     assert store.requeue_expired(max_expirations=3).dead == [TopicCount("work", 1)]
     row = store.get(job_id)
-    assert (row.state, row.attempts, row.expirations, row.expiry_streak) == (
-        State.DEAD, 6, 5, 3)
+    assert (row.state, row.attempts, row.expirations, row.expiry_streak) == (State.DEAD, 6, 5, 3)
     assert row.last_error == (
         "lease expired 3 times in a row: its holder died every time it ran "
-        "(last holder worker-1); the job may be killing its host")
+        "(last holder worker-1); the job may be killing its host"
+    )
 
 
 # -- retention --------------------------------------------------------------------------------
@@ -604,8 +623,9 @@ def test_cancel_a_terminal_job_is_false(env: Env, state: str) -> None:
     assert env.store.get(job_id) == before
 
 
-@pytest.mark.parametrize("job_id", [
-    "01890000-0000-7000-8000-000000000000", "not-a-uuid", "", "' OR 1=1 --"])
+@pytest.mark.parametrize(
+    "job_id", ["01890000-0000-7000-8000-000000000000", "not-a-uuid", "", "' OR 1=1 --"]
+)
 def test_unknown_ids_raise_job_not_found(env: Env, job_id: str) -> None:
     enqueue(env.store)
     with pytest.raises(JobNotFound):
@@ -625,8 +645,12 @@ def test_get_accepts_any_spelling_of_the_id(env: Env) -> None:
 
 
 def _run(env: Env, handler: Any, **options: Any) -> tuple[Any, datetime, datetime]:
-    options = {"max_attempts": 3, "backoff_base": timedelta(seconds=10),
-               "backoff_max": timedelta(seconds=60), **options}
+    options = {
+        "max_attempts": 3,
+        "backoff_base": timedelta(seconds=10),
+        "backoff_max": timedelta(seconds=60),
+        **options,
+    }
     t0 = env.now()
     attempted = run_one(env.store, handler, **options)
     t1 = env.now()
@@ -912,16 +936,18 @@ def test_blank_key_is_a_real_key(env: Env) -> None:
 def test_duplicates_inside_one_batch(env: Env) -> None:
     store = env.store
     (existing,) = store.enqueue_many([Job("work", "old", idempotency_key="k0")])
-    results = store.enqueue_many([
-        Job("work", 1, idempotency_key="k1"),
-        Job("work", 2, idempotency_key="k1"),
-        Job("work", 3, idempotency_key="k2"),
-        Job("other", 4, idempotency_key="k1"),
-        Job("work", 5, idempotency_key=""),
-        Job("work", 6, idempotency_key=""),
-        Job("work", 7, idempotency_key="k0"),
-        Job("work", 8, idempotency_key="k1"),
-    ])
+    results = store.enqueue_many(
+        [
+            Job("work", 1, idempotency_key="k1"),
+            Job("work", 2, idempotency_key="k1"),
+            Job("work", 3, idempotency_key="k2"),
+            Job("other", 4, idempotency_key="k1"),
+            Job("work", 5, idempotency_key=""),
+            Job("work", 6, idempotency_key=""),
+            Job("work", 7, idempotency_key="k0"),
+            Job("work", 8, idempotency_key="k1"),
+        ]
+    )
     created = [r.created for r in results]
     assert created == [True, False, True, True, True, True, False, False]
     ids = [r.id for r in results]

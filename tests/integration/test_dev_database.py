@@ -22,15 +22,15 @@ from psycopg import errors
 pytestmark = pytest.mark.db
 
 # Predefined roles that reach the server's files or programs without superuser.
-SERVER_ACCESS_ROLES = ("pg_execute_server_program", "pg_read_server_files",
-                       "pg_write_server_files")
+SERVER_ACCESS_ROLES = ("pg_execute_server_program", "pg_read_server_files", "pg_write_server_files")
 
 
 def _connect(url: str) -> psycopg.Connection[Any]:
     params = psycopg.conninfo.conninfo_to_dict(url)
     params["dbname"] = "postgres"
-    return psycopg.connect(psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()}),
-                           autocommit=True)
+    return psycopg.connect(
+        psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in params.items()}), autocommit=True
+    )
 
 
 def _one(conn: psycopg.Connection[Any], query: str) -> Any:
@@ -48,7 +48,8 @@ def test_the_test_role_is_not_a_superuser(server_url: str) -> None:
         assert _one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user") is False
         for role in SERVER_ACCESS_ROLES:
             assert _one(conn, f"SELECT pg_has_role(current_user, '{role}', 'MEMBER')") is False, (
-                f"the test role is a member of {role}")
+                f"the test role is a member of {role}"
+            )
 
 
 def test_the_test_role_cannot_run_programs_or_read_files_on_the_server(server_url: str) -> None:
@@ -74,12 +75,15 @@ def test_the_local_cluster_admits_its_owner_by_socket_and_others_by_password(
         port = int(_one(admin, "SHOW port"))
         assert _one(admin, "SHOW unix_socket_permissions") == "0700"
         folders = [d.strip() for d in str(_one(admin, "SHOW unix_socket_directories")).split(",")]
-        rules = admin.execute("SELECT line_number, type, user_name, auth_method, error "
-                              "FROM pg_hba_file_rules").fetchall()
+        rules = admin.execute(
+            "SELECT line_number, type, user_name, auth_method, error FROM pg_hba_file_rules"
+        ).fetchall()
         owner = _one(admin, "SELECT rolname FROM pg_roles WHERE oid = 10")
         app = psycopg.conninfo.conninfo_to_dict(server_url)["user"]
-        assert _one(admin, f"SELECT pg_get_userbyid(datdba) FROM pg_database "
-                           f"WHERE datname = '{app}'") == app
+        assert (
+            _one(admin, f"SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '{app}'")
+            == app
+        )
         # DROP DATABASE … WITH (FORCE) must be able to end an autovacuum worker in it.
         assert _one(admin, f"SELECT pg_has_role('{app}', 'pg_signal_backend', 'MEMBER')") is True
     for folder in folders:

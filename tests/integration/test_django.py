@@ -31,9 +31,12 @@ def database_settings(dsn: str) -> dict[str, Any]:
     params = {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(dsn).items()}
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": params.pop("dbname"), "USER": params.pop("user", ""),
-        "PASSWORD": params.pop("password", ""), "HOST": params.pop("host", ""),
-        "PORT": params.pop("port", ""), "OPTIONS": params,
+        "NAME": params.pop("dbname"),
+        "USER": params.pop("user", ""),
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,
     }
 
 
@@ -42,8 +45,9 @@ def django_db(dsn: str, pg: psycopg.Connection[Any]) -> Iterator[None]:
     """Django's default database is this test's database (with a table ``orders``)."""
     pg.execute("CREATE TABLE orders (id int PRIMARY KEY)")
     if not settings.configured:
-        settings.configure(DATABASES={"default": database_settings(dsn)}, INSTALLED_APPS=[],
-                           USE_TZ=True)
+        settings.configure(
+            DATABASES={"default": database_settings(dsn)}, INSTALLED_APPS=[], USE_TZ=True
+        )
         django.setup()
     connections.close_all()
     connection.settings_dict.update(database_settings(dsn))
@@ -59,8 +63,10 @@ def queue(dsn: str) -> Iterator[brooq.Queue]:
 
 
 def jobs(pg: psycopg.Connection[Any]) -> list[tuple[str, str, str | None]]:
-    return [(str(i), t, k) for i, t, k in
-            pg.execute("SELECT id, topic, idempotency_key FROM job ORDER BY id")]
+    return [
+        (str(i), t, k)
+        for i, t, k in pg.execute("SELECT id, topic, idempotency_key FROM job ORDER BY id")
+    ]
 
 
 class Boom(Exception):
@@ -75,7 +81,8 @@ def test_the_backend_is_psycopg_3() -> None:
 
 @pytest.mark.usefixtures("django_db")
 def test_rollback_leaves_neither_the_row_nor_the_job(
-    queue: brooq.Queue, pg: psycopg.Connection[Any],
+    queue: brooq.Queue,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with pytest.raises(Boom), transaction.atomic():
         with connection.cursor() as cur:
@@ -93,7 +100,9 @@ def test_rollback_leaves_neither_the_row_nor_the_job(
 
 @pytest.mark.usefixtures("django_db")
 def test_commit_makes_the_job_claimable(
-    queue: brooq.Queue, dsn: str, pg: psycopg.Connection[Any],
+    queue: brooq.Queue,
+    dsn: str,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with transaction.atomic():
         with connection.cursor() as cur:
@@ -118,15 +127,19 @@ def test_commit_makes_the_job_claimable(
 
 @pytest.mark.usefixtures("django_db")
 def test_many_jobs_and_a_duplicate_key_under_django_cursors(
-    queue: brooq.Queue, pg: psycopg.Connection[Any],
+    queue: brooq.Queue,
+    pg: psycopg.Connection[Any],
 ) -> None:
     """Django's client-side-binding cursors carry brooq's array parameters too."""
     with transaction.atomic():
         conn = django_connection()
-        first = queue.enqueue_many([
-            brooq.Job(topic="email.send", payload={"n": 1}, idempotency_key="k"),
-            brooq.Job(topic="email.send", payload=[1, "two", None]),
-        ], conn=conn)
+        first = queue.enqueue_many(
+            [
+                brooq.Job(topic="email.send", payload={"n": 1}, idempotency_key="k"),
+                brooq.Job(topic="email.send", payload=[1, "two", None]),
+            ],
+            conn=conn,
+        )
         again = queue.enqueue(brooq.Job(topic="email.send", idempotency_key="k"), conn=conn)
     assert [e.created for e in first] == [True, True]
     assert again == (first[0].id, False)
@@ -136,7 +149,8 @@ def test_many_jobs_and_a_duplicate_key_under_django_cursors(
 
 @pytest.mark.usefixtures("django_db")
 def test_a_savepoint_rollback_takes_the_job_with_it(
-    queue: brooq.Queue, pg: psycopg.Connection[Any],
+    queue: brooq.Queue,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with transaction.atomic():
         queue.enqueue(brooq.Job(topic="kept"), conn=django_connection())
@@ -162,7 +176,9 @@ def test_a_connection_that_is_not_psycopg_3_is_refused(monkeypatch: pytest.Monke
 
 
 def test_the_migration_files_through_run_sql_build_the_same_schema(
-    django_db: None, empty_dsn: str, dsn: str,
+    django_db: None,
+    empty_dsn: str,
+    dsn: str,
 ) -> None:
     """What docs/integrations.md tells Django users to write, run forwards and backwards."""
     from django.db import migrations
@@ -170,8 +186,10 @@ def test_the_migration_files_through_run_sql_build_the_same_schema(
 
     connections.close_all()
     connection.settings_dict.update(database_settings(empty_dsn))
-    operations = [migrations.RunSQL(sql_of(name), reverse_sql=sql_of(name, rollback=True))
-                  for name in migration_names()]
+    operations = [
+        migrations.RunSQL(sql_of(name), reverse_sql=sql_of(name, rollback=True))
+        for name in migration_names()
+    ]
     state = ProjectState()
     with connection.schema_editor() as editor:
         for operation in operations:

@@ -47,8 +47,18 @@ PLACEHOLDER = re.compile(r"<[a-z][a-z0-9-]*>")
 COMMAND_LINE = re.compile(r"^(brooq|psql)\s")
 SCRIPTS = Path(sysconfig.get_path("scripts"))
 _SCRUBBED_PREFIXES = ("QUEUE_", "BROOQ_", "LOG_")
-_SCRUBBED = {"DATABASE_URL", "HTTP_ADDR", "CREDENTIALS_DIRECTORY", "PYTHONPATH", "PGDATABASE",
-             "PGHOST", "PGUSER", "PGPASSWORD", "PGPORT", "PGSERVICE"}
+_SCRUBBED = {
+    "DATABASE_URL",
+    "HTTP_ADDR",
+    "CREDENTIALS_DIRECTORY",
+    "PYTHONPATH",
+    "PGDATABASE",
+    "PGHOST",
+    "PGUSER",
+    "PGPASSWORD",
+    "PGPORT",
+    "PGSERVICE",
+}
 
 
 @dataclass(frozen=True)
@@ -87,8 +97,9 @@ def blocks(path: Path) -> list[Block]:
         assert i < len(lines), f"{path.name}:{start + 1}: unclosed code block"
         before = next((s.strip() for s in reversed(lines[:start]) if s.strip()), "")
         marker = MARKER.match(before)
-        found.append(Block(path, start + 1, lang, "\n".join(body) + "\n",
-                           marker[1] if marker else ""))
+        found.append(
+            Block(path, start + 1, lang, "\n".join(body) + "\n", marker[1] if marker else "")
+        )
         i += 1
     return found
 
@@ -116,16 +127,56 @@ def seed(pg: psycopg.Connection[Any]) -> dict[str, str]:
     rows = {
         "pending": ("email.send", "pending", 0, "now()", None, None, None, "order-42"),
         "later": ("email.send", "pending", 0, "now() + interval '1 hour'", None, None, None, None),
-        "expired": ("report.build", "processing", 1, "now() - interval '10 minutes'",
-                    "host-a:4242", "now() - interval '1 minute'", None, None),
-        "running": ("report.build", "processing", 2, "now() - interval '1 minute'",
-                    "host-a:4243", "now() + interval '1 minute'", "TimeoutError: slow", None),
-        "failed": ("email.send", "failed", 3, "now() - interval '5 seconds'", "host-a:4244",
-                   "now() - interval '1 minute'", "SMTPError: 451 try later", None),
-        "done": ("email.send", "done", 1, "now() - interval '40 days'", "host-a:4245",
-                 "now() - interval '40 days'", None, None),
-        "dead": ("report.build", "dead", 5, "now() - interval '1 hour'", "host-a:4246",
-                 "now() - interval '1 hour'", "ValueError: no such report", None),
+        "expired": (
+            "report.build",
+            "processing",
+            1,
+            "now() - interval '10 minutes'",
+            "host-a:4242",
+            "now() - interval '1 minute'",
+            None,
+            None,
+        ),
+        "running": (
+            "report.build",
+            "processing",
+            2,
+            "now() - interval '1 minute'",
+            "host-a:4243",
+            "now() + interval '1 minute'",
+            "TimeoutError: slow",
+            None,
+        ),
+        "failed": (
+            "email.send",
+            "failed",
+            3,
+            "now() - interval '5 seconds'",
+            "host-a:4244",
+            "now() - interval '1 minute'",
+            "SMTPError: 451 try later",
+            None,
+        ),
+        "done": (
+            "email.send",
+            "done",
+            1,
+            "now() - interval '40 days'",
+            "host-a:4245",
+            "now() - interval '40 days'",
+            None,
+            None,
+        ),
+        "dead": (
+            "report.build",
+            "dead",
+            5,
+            "now() - interval '1 hour'",
+            "host-a:4246",
+            "now() - interval '1 hour'",
+            "ValueError: no such report",
+            None,
+        ),
         "canceled": ("email.send", "canceled", 0, "now()", None, None, "canceled: test", None),
     }
     ids: dict[str, str] = {}
@@ -154,8 +205,11 @@ def fill(block: Block, values: dict[str, str]) -> str:
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
+    }
     env["PATH"] = f"{SCRIPTS}{os.pathsep}{env.get('PATH', '')}"
     env.update(extra)
     return env
@@ -182,7 +236,8 @@ def test_the_documents_have_what_this_module_tests() -> None:
 @pytest.mark.parametrize("block", [b for b in SH if b.is_doc], ids=ids)
 def test_every_sh_block_of_the_docs_says_whether_it_runs(block: Block) -> None:
     assert block.marker == "runnable" or block.marker.startswith("not runnable:"), (
-        f"{block.name}: mark it <!-- runnable --> or <!-- not runnable: why -->")
+        f"{block.name}: mark it <!-- runnable --> or <!-- not runnable: why -->"
+    )
 
 
 @pytest.mark.parametrize("block", RUNNABLE_SH, ids=ids)
@@ -213,31 +268,43 @@ def test_sql_excerpts_are_quoted_exactly(block: Block) -> None:
         return " ".join(text.split())
 
     assert squash(block.text) in squash(source.read_text()), (
-        f"{block.name} is not an excerpt of {source.relative_to(ROOT)}")
+        f"{block.name} is not an excerpt of {source.relative_to(ROOT)}"
+    )
 
 
 # --- running them ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("block", SQL, ids=ids)
-def test_sql_block_runs(block: Block, dsn: str, pg: psycopg.Connection[Any],
-                        tmp_path: Path) -> None:
+def test_sql_block_runs(
+    block: Block, dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     script = tmp_path / "block.sql"
     script.write_text(fill(block, seed(pg)))
-    done = subprocess.run([psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f",
-                           str(script)], capture_output=True, text=True, timeout=60,
-                          env=clean_env())
+    done = subprocess.run(
+        [psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+    )
     assert done.returncode == 0, f"{block.name}:\n{block.text}\n{done.stderr}"
     assert "ERROR" not in done.stderr and "WARNING" not in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("block", RUNNABLE_SH, ids=ids)
-def test_runnable_sh_block_runs(block: Block, dsn: str, pg: psycopg.Connection[Any],
-                                tmp_path: Path) -> None:
+def test_runnable_sh_block_runs(
+    block: Block, dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     psql()
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", fill(block, seed(pg))],
-                          cwd=tmp_path, env=clean_env(DATABASE_URL=dsn), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", fill(block, seed(pg))],
+        cwd=tmp_path,
+        env=clean_env(DATABASE_URL=dsn),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, f"{block.name}:\n{block.text}\n{done.stdout}\n{done.stderr}"
 
 
@@ -245,8 +312,9 @@ FILE_COMMENT = re.compile(r"^#\s*([\w./-]+\.py)\s*$")
 
 
 @pytest.mark.timeout(120)
-def test_readme_python_runs_and_its_job_gets_done(dsn: str, pg: psycopg.Connection[Any],
-                                                  tmp_path: Path) -> None:
+def test_readme_python_runs_and_its_job_gets_done(
+    dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     script: list[str] = []
     for block in README_PYTHON:
         first = block.text.splitlines()[0]
@@ -258,8 +326,14 @@ def test_readme_python_runs_and_its_job_gets_done(dsn: str, pg: psycopg.Connecti
             script.append(f"# --- {block.name}\n{block.text}")
     (tmp_path / "readme.py").write_text("\n".join(script))
     env = clean_env(DATABASE_URL=dsn, PYTHONPATH=str(tmp_path))
-    done = subprocess.run([sys.executable, "readme.py"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "readme.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
     # What the README says happened did happen: the order and its job, committed together.
@@ -268,11 +342,17 @@ def test_readme_python_runs_and_its_job_gets_done(dsn: str, pg: psycopg.Connecti
     assert row == ("email.send", "pending")
 
     # "Run the handlers": the README's `brooq work --app myapp.jobs:queue`, until idle.
-    done = subprocess.run([str(SCRIPTS / "brooq"), "work", "--app", "myapp.jobs:queue",
-                           "--exit-when-idle"], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        [str(SCRIPTS / "brooq"), "work", "--app", "myapp.jobs:queue", "--exit-when-idle"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "sending to a@example.com" in done.stdout
-    row = pg.execute("SELECT state, attempts FROM job WHERE idempotency_key = %s",
-                     ("order-42",)).fetchone()
+    row = pg.execute(
+        "SELECT state, attempts FROM job WHERE idempotency_key = %s", ("order-42",)
+    ).fetchone()
     assert row == ("done", 1)

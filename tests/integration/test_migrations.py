@@ -6,24 +6,35 @@ import psycopg
 
 from brooq.postgres import migrations
 
-ALL = ["0001.job", "0002.job-indexes", "0003.job-autovacuum", "0004.job-priority",
-       "0005.job-expirations", "0006.job-last-traceback", "0007.supervisor",
-       "0008.job-expiry-streak"]
+ALL = [
+    "0001.job",
+    "0002.job-indexes",
+    "0003.job-autovacuum",
+    "0004.job-priority",
+    "0005.job-expirations",
+    "0006.job-last-traceback",
+    "0007.supervisor",
+    "0008.job-expiry-streak",
+]
 
 
 def _tables(dsn: str) -> set[str]:
     with psycopg.connect(dsn) as conn:
-        return {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        return {
+            r[0]
+            for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
 
 
 def _schema(dsn: str) -> list[tuple[str, ...]]:
     with psycopg.connect(dsn) as conn:
         cols = conn.execute(
             "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
-            "WHERE table_name = 'job' ORDER BY ordinal_position").fetchall()
+            "WHERE table_name = 'job' ORDER BY ordinal_position"
+        ).fetchall()
         idx = conn.execute(
-            "SELECT indexdef FROM pg_indexes WHERE tablename = 'job' ORDER BY indexname").fetchall()
+            "SELECT indexdef FROM pg_indexes WHERE tablename = 'job' ORDER BY indexname"
+        ).fetchall()
         opts = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchall()
     return [tuple(map(str, r)) for r in cols + idx + opts]
 
@@ -47,11 +58,19 @@ def test_up_down_up(empty_dsn: str) -> None:
 
 def test_schema_has_the_promised_pieces(dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
-        indexes = {r[0]: r[1] for r in conn.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'job'")}
-        checks = [r[0] for r in conn.execute(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
-            "WHERE conrelid = 'job'::regclass AND contype = 'c'")]
+        indexes = {
+            r[0]: r[1]
+            for r in conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'job'"
+            )
+        }
+        checks = [
+            r[0]
+            for r in conn.execute(
+                "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+                "WHERE conrelid = 'job'::regclass AND contype = 'c'"
+            )
+        ]
         row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchone()
         assert row is not None
         (opts,) = row

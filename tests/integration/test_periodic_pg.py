@@ -30,8 +30,9 @@ class Supervisors:
 
     def __init__(self, dsn: str, schedule: Schedule) -> None:
         self.stores = [PostgresStore(dsn), PostgresStore(dsn)]
-        self.schedulers = [PeriodicScheduler([schedule], s.enqueue_many, s.last_scheduled_run)
-                           for s in self.stores]
+        self.schedulers = [
+            PeriodicScheduler([schedule], s.enqueue_many, s.last_scheduled_run) for s in self.stores
+        ]
         self.attempts: Counter[datetime] = Counter()
         self.created: Counter[datetime] = Counter()
 
@@ -93,15 +94,20 @@ def supervisors(dsn: str) -> Iterator[Any]:
 
 def rows(pg: psycopg.Connection[Any], schedule: Schedule) -> list[tuple[datetime, int]]:
     """(run time, rows with it) for the schedule's jobs, by run time."""
-    return [(r[0], r[1]) for r in pg.execute(
-        "SELECT available_at, count(*) FROM job WHERE topic = %s AND idempotency_key LIKE %s "
-        "GROUP BY available_at ORDER BY available_at",
-        (schedule.topic, schedule.key_prefix + "%"))]
+    return [
+        (r[0], r[1])
+        for r in pg.execute(
+            "SELECT available_at, count(*) FROM job WHERE topic = %s AND idempotency_key LIKE %s "
+            "GROUP BY available_at ORDER BY available_at",
+            (schedule.topic, schedule.key_prefix + "%"),
+        )
+    ]
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_two_supervisors_over_a_simulated_hour_enqueue_each_run_once(
-        supervisors: Any, pg: psycopg.Connection[Any], seed: int) -> None:
+    supervisors: Any, pg: psycopg.Connection[Any], seed: int
+) -> None:
     schedule = Schedule("*/5 * * * *", topic="report.tick", payload={"seed": seed})
     sup = supervisors(schedule)
     rng = random.Random(seed)
@@ -127,8 +133,8 @@ def test_two_supervisors_over_a_simulated_hour_enqueue_each_run_once(
 
 @pytest.mark.parametrize("missed", ["latest", "all", "skip"])
 def test_missed_runs_across_three_hours_of_downtime(
-        supervisors: Any, pg: psycopg.Connection[Any],
-        missed: Literal["latest", "all", "skip"]) -> None:
+    supervisors: Any, pg: psycopg.Connection[Any], missed: Literal["latest", "all", "skip"]
+) -> None:
     schedule = Schedule("*/5 * * * *", topic="report.tick", missed=missed)
     rng = random.Random(missed)
     first = supervisors(schedule)
@@ -166,15 +172,20 @@ def test_missed_runs_across_three_hours_of_downtime(
 
 
 def test_last_scheduled_run_reads_only_this_schedules_rows(
-        supervisors: Any, pg: psycopg.Connection[Any]) -> None:
+    supervisors: Any, pg: psycopg.Connection[Any]
+) -> None:
     """The key prefix is matched literally: a name with % or _ does not match others."""
     a = Schedule("*/5 * * * *", topic="tick", name="a_b")
     b = Schedule("0 * * * *", topic="tick", name="aXb")
     c = Schedule("0 * * * *", topic="tick", name="a%")
     store = supervisors(a).stores[0]
-    store.enqueue_many([a.job_for(datetime(2026, 1, 1, 10, 5, tzinfo=UTC)),
-                        b.job_for(datetime(2026, 1, 1, 11, tzinfo=UTC)),
-                        c.job_for(datetime(2026, 1, 1, 12, tzinfo=UTC))])
+    store.enqueue_many(
+        [
+            a.job_for(datetime(2026, 1, 1, 10, 5, tzinfo=UTC)),
+            b.job_for(datetime(2026, 1, 1, 11, tzinfo=UTC)),
+            c.job_for(datetime(2026, 1, 1, 12, tzinfo=UTC)),
+        ]
+    )
     assert store.last_scheduled_run(a) == datetime(2026, 1, 1, 10, 5, tzinfo=UTC)
     assert store.last_scheduled_run(b) == datetime(2026, 1, 1, 11, tzinfo=UTC)
     assert store.last_scheduled_run(c) == datetime(2026, 1, 1, 12, tzinfo=UTC)

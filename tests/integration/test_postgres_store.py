@@ -37,11 +37,14 @@ def _one(conn: psycopg.Connection[Any], query: str, params: Any = None) -> Any:
 # -- invariant 1: a processing row always has a holder and a lease -----------------------------
 
 
-@pytest.mark.parametrize("assignment", [
-    "state = 'processing'",
-    "state = 'processing', locked_by = 'w1'",
-    "state = 'processing', locked_until = now() + interval '1 minute'",
-])
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "state = 'processing'",
+        "state = 'processing', locked_by = 'w1'",
+        "state = 'processing', locked_until = now() + interval '1 minute'",
+    ],
+)
 def test_processing_without_holder_or_lease_is_rejected(
     pg: psycopg.Connection[Any], pg_store: PostgresStore, assignment: str
 ) -> None:
@@ -91,13 +94,17 @@ def test_claim_race_every_job_handled_once(pg: psycopg.Connection[Any], dsn: str
     pg.execute(
         "INSERT INTO job (topic, payload) "
         "SELECT CASE WHEN i %% 2 = 0 THEN 'race.a' ELSE 'race.b' END, to_jsonb(i) "
-        "FROM generate_series(1, %s) AS i", (total,))
+        "FROM generate_series(1, %s) AS i",
+        (total,),
+    )
     served = [["race.a", "race.b"]] * 4 + [["race.a"]] * 2 + [["race.b"]] * 2
     ctx = multiprocessing.get_context("spawn")
     start = ctx.Barrier(len(served))
     results = ctx.Queue()
-    workers = [ctx.Process(target=claim_race_worker, args=(dsn, topics, start, results),
-                           daemon=True) for topics in served]
+    workers = [
+        ctx.Process(target=claim_race_worker, args=(dsn, topics, start, results), daemon=True)
+        for topics in served
+    ]
     for w in workers:
         w.start()
     try:
@@ -124,10 +131,25 @@ def test_claim_race_every_job_handled_once(pg: psycopg.Connection[Any], dsn: str
 
 
 PAYLOADS = [
-    None, True, False, 0, -17, 2**63, 2**100, 3.25, -0.5, 1e-7, 0.1,
-    "", "null", "plain text", 'quotes " and \\ backslashes \n\t',
+    None,
+    True,
+    False,
+    0,
+    -17,
+    2**63,
+    2**100,
+    3.25,
+    -0.5,
+    1e-7,
+    0.1,
+    "",
+    "null",
+    "plain text",
+    'quotes " and \\ backslashes \n\t',
     "unicode é ß Ωmega 漢字 🎉 \u2028 \u200b \U0010fffd",
-    [], {}, [1, "two", None, [3.5, {"x": []}]],
+    [],
+    {},
+    [1, "two", None, [3.5, {"x": []}]],
     {"nested": {"deep": {"deeper": [1, {"k": "v"}]}}, "b": False, "n": None},
     {"": "empty key", "🔑": "emoji key", "a.b": {"$ref": "#/x"}},
     {"order": 1, "matters": 2, "not": 3},
@@ -177,16 +199,23 @@ def test_the_outcome_is_read_from_the_row_alone(
     assert _tables(pg) == tables_before
     # The one other table says which supervisors are alive (brooq workers); no job's fate.
     assert {t for t in tables_before if not t.startswith(("_yoyo", "yoyo"))} == {
-        "job", "brooq_supervisor"}
-    row = pg.execute("SELECT state, attempts, last_error FROM job WHERE id = %s",
-                     (job.id,)).fetchone()
+        "job",
+        "brooq_supervisor",
+    }
+    row = pg.execute(
+        "SELECT state, attempts, last_error FROM job WHERE id = %s", (job.id,)
+    ).fetchone()
     assert row == ("dead", 2, "RuntimeError: second")
 
 
 def _tables(pg: psycopg.Connection[Any]) -> set[str]:
-    return {r[0] for r in pg.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', "
-        "'information_schema')")}
+    return {
+        r[0]
+        for r in pg.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', "
+            "'information_schema')"
+        )
+    }
 
 
 # -- enqueue inside the caller's transaction ---------------------------------------------------
@@ -245,10 +274,12 @@ def test_enqueue_async_in_the_callers_transaction(
             assert rolled.created
             assert count_jobs(pg) == 0
             await aconn.rollback()
-            kept = await brooq.enqueue_async(aconn, Job("email.send", {"n": 2},
-                                                         idempotency_key="async-k"))
+            kept = await brooq.enqueue_async(
+                aconn, Job("email.send", {"n": 2}, idempotency_key="async-k")
+            )
             same = await brooq.Queue(dsn).enqueue_async(
-                Job("email.send", {"n": 3}, idempotency_key="async-k"), conn=aconn)
+                Job("email.send", {"n": 3}, idempotency_key="async-k"), conn=aconn
+            )
             assert same == (kept.id, False)
             assert count_jobs(pg) == 0
             await aconn.commit()
@@ -278,8 +309,11 @@ def test_a_rejected_job_leaves_the_callers_transaction_usable(
 def _wait_for_lock_wait(pg: psycopg.Connection[Any]) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if _one(pg, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"):
+        if _one(
+            pg,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock'",
+        ):
             return
         time.sleep(0.02)
     raise AssertionError("the second enqueue never waited for the first transaction")
@@ -295,9 +329,11 @@ def test_same_key_from_two_transactions_at_once(
     with psycopg.connect(dsn) as first:
         mine = queue.enqueue(Job("work", "first", idempotency_key="k"), conn=first)
         second = threading.Thread(
-            target=lambda: results.append(queue.enqueue(Job("work", "second",
-                                                            idempotency_key="k"))),
-            daemon=True)
+            target=lambda: results.append(
+                queue.enqueue(Job("work", "second", idempotency_key="k"))
+            ),
+            daemon=True,
+        )
         second.start()
         try:
             _wait_for_lock_wait(pg)
@@ -349,11 +385,13 @@ def effects(pg: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
 def _effect_hook(claim: brooq.Claim, note: str = "sent") -> Any:
     def hook(conn: psycopg.Connection[Any]) -> None:
         conn.execute("INSERT INTO effect VALUES (%s, %s)", (claim.id, note))
+
     return hook
 
 
-def test_chain_and_hook_commit_with_done(effects: psycopg.Connection[Any],
-                                         pg_store: PostgresStore) -> None:
+def test_chain_and_hook_commit_with_done(
+    effects: psycopg.Connection[Any], pg_store: PostgresStore
+) -> None:
     (job,) = pg_store.enqueue_many([Job("work", {"order": 7})])
 
     def handler(claim: brooq.Claim) -> None:
@@ -366,7 +404,8 @@ def test_chain_and_hook_commit_with_done(effects: psycopg.Connection[Any],
     assert attempted is not None and attempted.written and attempted.outcome.label == "done"
     assert pg_store.get(job.id).state is State.DONE
     chained = effects.execute(
-        "SELECT payload, state FROM job WHERE topic = 'next.step' ORDER BY id").fetchall()
+        "SELECT payload, state FROM job WHERE topic = 'next.step' ORDER BY id"
+    ).fetchall()
     assert chained == [({"after": job.id}, "pending"), ({"second": True}, "pending")]
     notes = effects.execute("SELECT job_id::text, note FROM effect ORDER BY note").fetchall()
     assert notes == [(job.id, "first"), (job.id, "second")]
@@ -384,6 +423,7 @@ def test_a_failing_hook_rolls_everything_back(
 
         def explode(conn: psycopg.Connection[Any]) -> None:
             raise RuntimeError("hook exploded")
+
         claim.on_succeeded(explode)
 
     attempted = run_one(pg_store, handler, max_attempts=max_attempts)
@@ -417,8 +457,11 @@ def test_database_errors_in_the_settle_transaction_roll_back(
     row = pg_store.get(job.id)
     assert (row.state, row.attempts) == (State.FAILED, 1)
     assert row.last_error is not None
-    expected = {"bad-sql": "UndefinedTable", "bad-chained-payload": "InvalidJob",
-                "constraint": "CheckViolation"}[failure]
+    expected = {
+        "bad-sql": "UndefinedTable",
+        "bad-chained-payload": "InvalidJob",
+        "constraint": "CheckViolation",
+    }[failure]
     assert expected in row.last_error
     assert count_jobs(effects, "topic = 'next.step'") == 0
     assert _one(effects, "SELECT count(*) FROM effect") == 0
@@ -480,6 +523,7 @@ def test_a_hook_timing_out_is_a_recorded_failure(
             else:
                 conn.execute("SET LOCAL lock_timeout = '20ms'")
                 conn.execute("SELECT * FROM guarded FOR UPDATE")
+
         claim.on_succeeded(slow)
 
     locking = failure == "lock-timeout"
@@ -508,6 +552,7 @@ def test_a_hook_calling_back_into_its_queue_does_not_deadlock(
         def follow_up(conn: psycopg.Connection[Any]) -> None:
             queue.enqueue(Job("follow.up", {"after": claim.id}))
             seen.append(queue.get(claim.id).state)
+
         claim.on_succeeded(follow_up)
 
     drained: list[brooq.Drained] = []
@@ -532,14 +577,17 @@ def test_retention_deletes_old_terminal_rows_in_batches(
         "INSERT INTO job (topic, payload, state, updated_at) "
         "SELECT 'old', to_jsonb(i), (ARRAY['done', 'dead', 'canceled'])[1 + i % 3], "
         "       now() - interval '2 days' - i * interval '1 minute' "
-        "FROM generate_series(1, 250) AS i")
+        "FROM generate_series(1, 250) AS i"
+    )
     pg.execute(
         "INSERT INTO job (topic, state, updated_at) "
-        "SELECT 'young', 'done', now() - interval '12 hours' FROM generate_series(1, 10)")
+        "SELECT 'young', 'done', now() - interval '12 hours' FROM generate_series(1, 10)"
+    )
     pg.execute(
         "INSERT INTO job (topic, state, attempts, updated_at) "
         "SELECT 'live', s, 1, now() - interval '90 days' "
-        "FROM unnest(ARRAY['pending', 'failed']) AS s")
+        "FROM unnest(ARRAY['pending', 'failed']) AS s"
+    )
     ttl = timedelta(days=1)
 
     assert pg_store.delete_terminal(ttl, 100) == [TopicCount("old", 100)]
@@ -559,8 +607,9 @@ def test_retention_deletes_old_terminal_rows_in_batches(
 def test_retention_ttl_zero_is_refused(
     pg: psycopg.Connection[Any], pg_store: PostgresStore, ttl: timedelta
 ) -> None:
-    pg.execute("INSERT INTO job (topic, state, updated_at) "
-               "VALUES ('t', 'done', now() - interval '1 year')")
+    pg.execute(
+        "INSERT INTO job (topic, state, updated_at) VALUES ('t', 'done', now() - interval '1 year')"
+    )
     with pytest.raises(ValueError, match="0 disables retention"):
         pg_store.delete_terminal(ttl, 100)
     assert count_jobs(pg) == 1
@@ -570,9 +619,14 @@ def test_retention_ttl_zero_is_refused(
 
 
 def _backends(pg: psycopg.Connection[Any]) -> int:
-    return int(_one(pg, "SELECT count(*) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                        "AND backend_type = 'client backend'"))
+    return int(
+        _one(
+            pg,
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'",
+        )
+    )
 
 
 def _wait_backends(pg: psycopg.Connection[Any], expected: int) -> int:
@@ -609,8 +663,9 @@ def test_importing_brooq_starts_no_thread_or_connection() -> None:
         "q.kind('a.b')(lambda claim: None)\n"
         "print(threading.active_count())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert done.stdout.strip() == "1"
 
 
@@ -746,8 +801,21 @@ def test_default_payload_limit(pg: psycopg.Connection[Any], dsn: str) -> None:
     queue.close()
 
 
-BAD_TOPICS = ["", "Email.send", "EMAIL", "email send", " email", "x'; drop table job;--",
-              "a" * 129, "email..send", ".email", "email.", "email/send", "émail", "a\x00b"]
+BAD_TOPICS = [
+    "",
+    "Email.send",
+    "EMAIL",
+    "email send",
+    " email",
+    "x'; drop table job;--",
+    "a" * 129,
+    "email..send",
+    ".email",
+    "email.",
+    "email/send",
+    "émail",
+    "a\x00b",
+]
 
 
 @pytest.mark.parametrize("topic", BAD_TOPICS)
@@ -767,12 +835,15 @@ def test_topic_of_the_wrong_type_is_rejected() -> None:
         Job(123)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("key,match", [
-    ("k" * 513, "above the limit of 512"),
-    ("🔑" * 513, "above the limit of 512"),
-    ("a\x00b", "NUL"),
-    (42, "must be a string"),
-])
+@pytest.mark.parametrize(
+    "key,match",
+    [
+        ("k" * 513, "above the limit of 512"),
+        ("🔑" * 513, "above the limit of 512"),
+        ("a\x00b", "NUL"),
+        (42, "must be a string"),
+    ],
+)
 def test_invalid_idempotency_key_is_rejected(
     pg: psycopg.Connection[Any], dsn: str, key: Any, match: str
 ) -> None:
@@ -793,11 +864,14 @@ def test_longest_key_and_topic_fit_the_index(pg: psycopg.Connection[Any], dsn: s
     queue.close()
 
 
-@pytest.mark.parametrize("available_at,match", [
-    (datetime(2030, 1, 1), "timezone-aware"),
-    ("2030-01-01T00:00:00Z", "must be a datetime"),
-    (1_900_000_000, "must be a datetime"),
-])
+@pytest.mark.parametrize(
+    "available_at,match",
+    [
+        (datetime(2030, 1, 1), "timezone-aware"),
+        ("2030-01-01T00:00:00Z", "must be a datetime"),
+        (1_900_000_000, "must be a datetime"),
+    ],
+)
 def test_invalid_available_at_is_rejected(
     pg: psycopg.Connection[Any], dsn: str, available_at: Any, match: str
 ) -> None:
@@ -833,11 +907,16 @@ def test_enqueue_takes_only_jobs(pg: psycopg.Connection[Any], dsn: str) -> None:
 SECRET = "S3cr3t-Pa55"
 
 
-@pytest.mark.parametrize("dsn_template", [
-    "postgresql://brooq:{pw}@127.0.0.1:1/brooq?connect_timeout=3",
-    "host=127.0.0.1 port=1 user=brooq password={pw} dbname=brooq connect_timeout=3",
-    "host=127.0.0.1 port=1 user=brooq password='{pw} with spaces' dbname=brooq connect_timeout=3",
-], ids=["url", "key-value", "quoted"])
+@pytest.mark.parametrize(
+    "dsn_template",
+    [
+        "postgresql://brooq:{pw}@127.0.0.1:1/brooq?connect_timeout=3",
+        "host=127.0.0.1 port=1 user=brooq password={pw} dbname=brooq connect_timeout=3",
+        "host=127.0.0.1 port=1 user=brooq password='{pw} with spaces' dbname=brooq "
+        "connect_timeout=3",
+    ],
+    ids=["url", "key-value", "quoted"],
+)
 def test_unreachable_database_raises_store_unavailable(dsn_template: str) -> None:
     queue = brooq.Queue(dsn_template.format(pw=SECRET))
     calls: list[Callable[[], object]] = [
@@ -857,9 +936,11 @@ def test_a_broken_connection_raises_store_unavailable_then_reconnects(
     pg: psycopg.Connection[Any], pg_store: PostgresStore
 ) -> None:
     (job,) = pg_store.enqueue_many([Job("work")])
-    pg.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-               "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-               "AND backend_type = 'client backend'")
+    pg.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend'"
+    )
     assert _wait_backends(pg, 0) == 0
     with pytest.raises(brooq.StoreUnavailable, match="database unavailable"):
         pg_store.claim("w1", ["work"], LEASE)

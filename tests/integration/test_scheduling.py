@@ -74,15 +74,22 @@ def test_priority_then_available_at_then_enqueue_order(store: Store, topics: lis
     t = store_now(store)
     other = topics[-1]
     low_old = add(store, payload="low-old", priority=0, available_at=t - timedelta(hours=1))
-    high_late = add(store, other, payload="high-late", priority=5,
-                    available_at=t - timedelta(seconds=1))
-    same = store.enqueue_many([Job("work", f"same-{i}", priority=5,
-                                   available_at=t - timedelta(seconds=30)) for i in range(4)])
-    high_early = add(store, other, payload="high-early", priority=5,
-                     available_at=t - timedelta(seconds=40))
+    high_late = add(
+        store, other, payload="high-late", priority=5, available_at=t - timedelta(seconds=1)
+    )
+    same = store.enqueue_many(
+        [
+            Job("work", f"same-{i}", priority=5, available_at=t - timedelta(seconds=30))
+            for i in range(4)
+        ]
+    )
+    high_early = add(
+        store, other, payload="high-early", priority=5, available_at=t - timedelta(seconds=40)
+    )
     top = add(store, payload="top", priority=32767, available_at=t - timedelta(seconds=2))
-    negative = add(store, other, payload="negative", priority=-3,
-                   available_at=t - timedelta(days=1))
+    negative = add(
+        store, other, payload="negative", priority=-3, available_at=t - timedelta(days=1)
+    )
     low_new = add(store, payload="low-new", priority=0, available_at=t - timedelta(minutes=1))
     add(store, payload="future", priority=100, available_at=t + timedelta(hours=1))
     add(store, "unserved", payload="unserved", priority=100, available_at=t - timedelta(hours=1))
@@ -197,7 +204,7 @@ def test_max_running_limits_per_topic_are_independent(store: Store) -> None:
             add(store, topic, payload=i)
     limits = {"a": 1, "b": 2}
     got: list[str] = []
-    while (claimed := store.claim(f"h{len(got)}", ["a", "b", "free"], LEASE, limits)):
+    while claimed := store.claim(f"h{len(got)}", ["a", "b", "free"], LEASE, limits):
         got.append(claimed.topic)
         assert len(got) < 20
     assert sorted(got) == ["a", "b", "b", "free", "free", "free"]
@@ -239,8 +246,9 @@ def test_max_running_through_the_runner_of_a_queue(store: Store) -> None:
     assert inside == [0, 0, 0]
 
 
-def _hammer_claimer(dsn: str, topic: str, k: int, stop: threading.Event,
-                    counts: list[int], errors: list[str]) -> None:
+def _hammer_claimer(
+    dsn: str, topic: str, k: int, stop: threading.Event, counts: list[int], errors: list[str]
+) -> None:
     store = PostgresStore(dsn)
     holder = f"hammer-{threading.get_ident()}"
     try:
@@ -261,18 +269,26 @@ def _hammer_claimer(dsn: str, topic: str, k: int, stop: threading.Event,
 
 @pytest.mark.timeout(60)
 def test_concurrent_claimers_never_exceed_max_running(
-        dsn: str, pg: psycopg.Connection[Any]) -> None:
+    dsn: str, pg: psycopg.Connection[Any]
+) -> None:
     """8 threads with their own connections claim and settle; a sampler never sees more than K."""
     k, jobs = 3, 400
-    pg.execute("INSERT INTO job (topic, payload) SELECT 'report', to_jsonb(i) "
-               "FROM generate_series(1, %s) AS i", (jobs,))
-    pg.execute("INSERT INTO job (topic, payload) SELECT 'free', to_jsonb(i) "
-               "FROM generate_series(1, 100) AS i")
+    pg.execute(
+        "INSERT INTO job (topic, payload) SELECT 'report', to_jsonb(i) "
+        "FROM generate_series(1, %s) AS i",
+        (jobs,),
+    )
+    pg.execute(
+        "INSERT INTO job (topic, payload) SELECT 'free', to_jsonb(i) "
+        "FROM generate_series(1, 100) AS i"
+    )
     stop = threading.Event()
     counts: list[int] = []
     errors: list[str] = []
-    threads = [threading.Thread(target=_hammer_claimer, args=(dsn, "report", k, stop, counts,
-                                                              errors)) for _ in range(8)]
+    threads = [
+        threading.Thread(target=_hammer_claimer, args=(dsn, "report", k, stop, counts, errors))
+        for _ in range(8)
+    ]
     samples: list[int] = []
     for thread in threads:
         thread.start()
@@ -283,7 +299,8 @@ def test_concurrent_claimers_never_exceed_max_running(
                 row = sampler.execute(
                     "SELECT count(*) FILTER (WHERE state = 'processing'), "
                     "       count(*) FILTER (WHERE state IN ('pending', 'processing')) "
-                    "FROM job WHERE topic = 'report'").fetchone()
+                    "FROM job WHERE topic = 'report'"
+                ).fetchone()
                 assert row is not None
                 samples.append(row[0])
                 if row[1] == 0:
@@ -334,8 +351,9 @@ def test_settle_many_writes_what_is_held_and_reports_the_rest(store: Store) -> N
     assert sorted(c.id for c in claimed) == sorted(ids)
     by_id = {c.id: c for c in claimed}
     stale = Ticket(ids[2], "w1", by_id[ids[2]].ticket.attempt + 1)  # not this attempt
-    written = store.settle_many([(by_id[ids[0]].ticket, DONE), (by_id[ids[1]].ticket, RETRY_NOW),
-                                 (stale, DONE)])
+    written = store.settle_many(
+        [(by_id[ids[0]].ticket, DONE), (by_id[ids[1]].ticket, RETRY_NOW), (stale, DONE)]
+    )
     assert written == {ids[0], ids[1]}
     assert store.get(ids[0]).state is State.DONE
     assert store.get(ids[1]).state is State.FAILED
@@ -371,13 +389,15 @@ def big_mixed_queue(pg: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         "       CASE WHEN i %% 1000 = 0 THEN now() + interval '1 hour' END, "
         "       CASE WHEN i %% 1000 = 0 THEN 1 ELSE 0 END "
         "FROM generate_series(1, %s) AS i",
-        (TOPICS, ROWS))
+        (TOPICS, ROWS),
+    )
     pg.execute("ANALYZE job")
     return pg
 
 
-def _nodes(plan: dict[str, Any], above: tuple[dict[str, Any], ...] = ()
-           ) -> Iterator[tuple[dict[str, Any], tuple[dict[str, Any], ...]]]:
+def _nodes(
+    plan: dict[str, Any], above: tuple[dict[str, Any], ...] = ()
+) -> Iterator[tuple[dict[str, Any], tuple[dict[str, Any], ...]]]:
     """Every plan node with the chain of its ancestors (nearest last)."""
     yield plan, above
     for child in plan.get("Plans", []):
@@ -387,8 +407,7 @@ def _nodes(plan: dict[str, Any], above: tuple[dict[str, Any], ...] = ()
 def check_claim_plan(plan: dict[str, Any]) -> None:
     """The claim scans job_claim_idx in index order: no Seq Scan of job, no Sort over job."""
     nodes = list(_nodes(plan))
-    claim_scans = [(n, up) for n, up in nodes
-                   if n.get("Index Name") == "job_claim_idx"]
+    claim_scans = [(n, up) for n, up in nodes if n.get("Index Name") == "job_claim_idx"]
     assert claim_scans, "the claim does not use job_claim_idx"
     for node, up in claim_scans:
         assert node["Node Type"] == "Index Scan", f"job_claim_idx not an Index Scan: {node}"
@@ -396,8 +415,9 @@ def check_claim_plan(plan: dict[str, Any]) -> None:
         chain = list(reversed(up))
         limit_at = next((i for i, a in enumerate(chain) if a["Node Type"] == "Limit"), None)
         assert limit_at is not None, "no Limit above the claim scan"
-        assert not any(a["Node Type"] in ("Sort", "Incremental Sort")
-                       for a in chain[:limit_at]), "a Sort between the claim scan and its Limit"
+        assert not any(a["Node Type"] in ("Sort", "Incremental Sort") for a in chain[:limit_at]), (
+            "a Sort between the claim scan and its Limit"
+        )
     for node, _ in nodes:
         if node.get("Relation Name") == "job":
             assert node["Node Type"] != "Seq Scan", f"Seq Scan of job: {node}"
@@ -408,17 +428,21 @@ def check_claim_plan(plan: dict[str, Any]) -> None:
             # A Sort may only order per-topic heads, each already cut by a Limit.
             for inner, up in _nodes(node):
                 if inner.get("Relation Name") == "job" and inner.get("Index Name") == (
-                        "job_claim_idx"):
+                    "job_claim_idx"
+                ):
                     assert any(a["Node Type"] == "Limit" for a in up), f"Sort over job: {node}"
     counted = [n for n, _ in nodes if n.get("Index Name") == "job_processing_idx"]
     if counted:
-        assert all(n["Node Type"] in ("Index Only Scan", "Index Scan", "Bitmap Index Scan")
-                   for n in counted)
+        assert all(
+            n["Node Type"] in ("Index Only Scan", "Index Scan", "Bitmap Index Scan")
+            for n in counted
+        )
 
 
 def explain(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
-    row = conn.execute("EXPLAIN (FORMAT JSON) " + sql(name),
-                       {**BASE, **STATEMENTS[name]}).fetchone()
+    row = conn.execute(
+        "EXPLAIN (FORMAT JSON) " + sql(name), {**BASE, **STATEMENTS[name]}
+    ).fetchone()
     assert row is not None
     return row[0][0]["Plan"]  # type: ignore[no-any-return]
 
@@ -440,7 +464,8 @@ def generic_explain(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
 
 @pytest.mark.timeout(60)
 def test_every_claim_is_an_index_scan_with_100k_rows_and_mixed_priorities(
-        big_mixed_queue: psycopg.Connection[Any]) -> None:
+    big_mixed_queue: psycopg.Connection[Any],
+) -> None:
     conn = big_mixed_queue
     for name in STATEMENTS:
         try:
@@ -457,8 +482,9 @@ def test_every_claim_is_an_index_scan_with_100k_rows_and_mixed_priorities(
     assert processing == (ROWS // 1000,), "EXPLAIN must not have claimed anything"
 
 
-def test_the_claim_really_follows_the_plan_order(big_mixed_queue: psycopg.Connection[Any],
-                                                 dsn: str) -> None:
+def test_the_claim_really_follows_the_plan_order(
+    big_mixed_queue: psycopg.Connection[Any], dsn: str
+) -> None:
     """On the big table, the claims come out highest priority first, oldest first."""
     store = PostgresStore(dsn)
     try:
@@ -470,11 +496,12 @@ def test_the_claim_really_follows_the_plan_order(big_mixed_queue: psycopg.Connec
     finally:
         store.close()
     rows = big_mixed_queue.execute(
-        "SELECT priority, available_at FROM job WHERE id = ANY(%s::uuid[])",
-        ([c.id for c in got],)).fetchall()
+        "SELECT priority, available_at FROM job WHERE id = ANY(%s::uuid[])", ([c.id for c in got],)
+    ).fetchall()
     assert all(p == 7 for p, _ in rows)
     expected = big_mixed_queue.execute(
         "SELECT id::text FROM job WHERE topic = 'report.daily' AND priority = 7 "
         "AND state = 'pending' OR id = ANY(%s::uuid[]) ORDER BY available_at LIMIT 5",
-        ([c.id for c in got],)).fetchall()
+        ([c.id for c in got],),
+    ).fetchall()
     assert [c.id for c in got] == [r[0] for r in expected]

@@ -26,10 +26,13 @@ def sqlalchemy_url(dsn: str) -> URL:
     """A ``postgresql+psycopg`` URL for a libpq DSN (URL or key=value form)."""
     params = {k: str(v) for k, v in psycopg.conninfo.conninfo_to_dict(dsn).items()}
     return URL.create(
-        "postgresql+psycopg", username=params.pop("user", None),
-        password=params.pop("password", None), host=params.pop("host", None),
+        "postgresql+psycopg",
+        username=params.pop("user", None),
+        password=params.pop("password", None),
+        host=params.pop("host", None),
         port=int(params.pop("port")) if "port" in params else None,
-        database=params.pop("dbname", None), query=params,
+        database=params.pop("dbname", None),
+        query=params,
     )
 
 
@@ -49,8 +52,10 @@ def queue(dsn: str) -> Iterator[brooq.Queue]:
 
 
 def jobs(pg: psycopg.Connection[Any]) -> list[tuple[str, str, str | None]]:
-    return [(str(i), t, k) for i, t, k in
-            pg.execute("SELECT id, topic, idempotency_key FROM job ORDER BY id")]
+    return [
+        (str(i), t, k)
+        for i, t, k in pg.execute("SELECT id, topic, idempotency_key FROM job ORDER BY id")
+    ]
 
 
 class Boom(Exception):
@@ -58,7 +63,9 @@ class Boom(Exception):
 
 
 def test_rollback_leaves_neither_the_row_nor_the_job(
-    engine: Engine, queue: brooq.Queue, pg: psycopg.Connection[Any],
+    engine: Engine,
+    queue: brooq.Queue,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with pytest.raises(Boom), Session(engine) as s, s.begin():
         s.execute(text("INSERT INTO orders (id) VALUES (1)"))
@@ -74,7 +81,10 @@ def test_rollback_leaves_neither_the_row_nor_the_job(
 
 
 def test_commit_makes_the_job_claimable(
-    engine: Engine, queue: brooq.Queue, dsn: str, pg: psycopg.Connection[Any],
+    engine: Engine,
+    queue: brooq.Queue,
+    dsn: str,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with Session(engine) as s, s.begin():
         s.execute(text("INSERT INTO orders (id) VALUES (1)"))
@@ -97,14 +107,19 @@ def test_commit_makes_the_job_claimable(
 
 
 def test_many_jobs_and_a_duplicate_key_in_one_session(
-    engine: Engine, queue: brooq.Queue, pg: psycopg.Connection[Any],
+    engine: Engine,
+    queue: brooq.Queue,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with Session(engine) as s, s.begin():
         conn = sqlalchemy_connection(s)
-        first = queue.enqueue_many([
-            brooq.Job(topic="email.send", payload={"n": 1}, idempotency_key="k"),
-            brooq.Job(topic="email.send", payload={"n": 2}),
-        ], conn=conn)
+        first = queue.enqueue_many(
+            [
+                brooq.Job(topic="email.send", payload={"n": 1}, idempotency_key="k"),
+                brooq.Job(topic="email.send", payload={"n": 2}),
+            ],
+            conn=conn,
+        )
         again = queue.enqueue(brooq.Job(topic="email.send", idempotency_key="k"), conn=conn)
     assert [e.created for e in first] == [True, True]
     assert again == (first[0].id, False)
@@ -112,7 +127,9 @@ def test_many_jobs_and_a_duplicate_key_in_one_session(
 
 
 def test_a_connection_works_like_a_session(
-    engine: Engine, queue: brooq.Queue, pg: psycopg.Connection[Any],
+    engine: Engine,
+    queue: brooq.Queue,
+    pg: psycopg.Connection[Any],
 ) -> None:
     with engine.begin() as connection:
         queue.enqueue(brooq.Job(topic="email.send"), conn=sqlalchemy_connection(connection))
@@ -137,7 +154,8 @@ def test_something_else_is_refused() -> None:
 
 
 def test_the_migration_files_through_sqlalchemy_text_build_the_same_schema(
-    empty_dsn: str, dsn: str,
+    empty_dsn: str,
+    dsn: str,
 ) -> None:
     """What docs/integrations.md tells Alembic users to do: each file in order, then back."""
     engine = create_engine(sqlalchemy_url(empty_dsn))

@@ -66,7 +66,9 @@ DELAY = timedelta(hours=2)
 TTL = timedelta(days=1)
 MAX_EXPIRATIONS = 3
 OPTS = KindOptions(
-    max_attempts=3, backoff_base=timedelta(hours=1), backoff_max=timedelta(hours=2),
+    max_attempts=3,
+    backoff_base=timedelta(hours=1),
+    backoff_max=timedelta(hours=2),
 ).with_defaults(BUILTIN_KIND_DEFAULTS)
 ERRORS: dict[str, Callable[[], BaseException | None]] = {
     "done": lambda: None,
@@ -78,13 +80,24 @@ ERRORS: dict[str, Callable[[], BaseException | None]] = {
 }
 TERMINAL = {State.DONE, State.DEAD, State.CANCELED}
 
-json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(
-    st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=8)
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53), 2**53)
+    | st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=8)
+)
 payloads = st.recursive(
     json_leaf,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
-        st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"),
-                max_size=5), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.text(
+                st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=5
+            ),
+            inner,
+            max_size=3,
+        )
+    ),
     max_leaves=6,
 )
 
@@ -121,6 +134,7 @@ class FakeSide:
             conn.execute("INSERT INTO effect (job_id) VALUES (%s)", (job_id,))
             if fail:
                 raise RuntimeError("hook failed")
+
         return hook
 
     def _edit(self, job_id: str, **cols: Any) -> None:
@@ -154,12 +168,28 @@ class PgSide:
         cur = self.pg.execute(
             "SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, "
             "locked_until, idempotency_key, last_error, created_at, updated_at, expirations, "
-            "available_at <= now(), expiry_streak FROM job")
+            "available_at <= now(), expiry_streak FROM job"
+        )
         out = {}
         self._ready.clear()
         for r in cur.fetchall():
-            rec = JobRecord(str(r[0]), r[1], r[2], State(r[3]), r[4], r[5], r[6], r[7], r[8], r[9],
-                            r[10], r[11], r[12], expirations=r[13], expiry_streak=r[15])
+            rec = JobRecord(
+                str(r[0]),
+                r[1],
+                r[2],
+                State(r[3]),
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+                r[10],
+                r[11],
+                r[12],
+                expirations=r[13],
+                expiry_streak=r[15],
+            )
             out[rec.id] = rec
             self._ready[rec.id] = bool(r[14])
         return out
@@ -172,18 +202,23 @@ class PgSide:
             conn.execute("INSERT INTO effect (job_id) VALUES (%s)", (job_id,))
             if fail:
                 raise RuntimeError("hook failed")
+
         return hook
 
     def expire(self, job_id: str) -> None:
-        self.pg.execute("UPDATE job SET locked_until = now() - interval '1 second' "
-                        "WHERE id = %s", (job_id,))
+        self.pg.execute(
+            "UPDATE job SET locked_until = now() - interval '1 second' WHERE id = %s", (job_id,)
+        )
 
     def make_available(self, job_id: str) -> None:
         self.pg.execute("UPDATE job SET available_at = created_at WHERE id = %s", (job_id,))
 
     def age(self, job_id: str, n: int) -> None:
-        self.pg.execute("UPDATE job SET updated_at = now() - interval '10 days' "
-                        "+ make_interval(secs => %s) WHERE id = %s", (n, job_id))
+        self.pg.execute(
+            "UPDATE job SET updated_at = now() - interval '10 days' "
+            "+ make_interval(secs => %s) WHERE id = %s",
+            (n, job_id),
+        )
 
     def ready(self, row: JobRecord) -> bool:
         return self._ready[row.id]
@@ -240,18 +275,28 @@ class Model:
             return None
         return next((m for m in self.jobs.values() if m.topic == topic and m.key == key), None)
 
-    def best(self, topics: tuple[str, ...], limits: dict[str, int] | None = None,
-             skip: str | None = None) -> M | None:
+    def best(
+        self, topics: tuple[str, ...], limits: dict[str, int] | None = None, skip: str | None = None
+    ) -> M | None:
         running = Counter(m.topic for m in self.jobs.values() if m.state is State.PROCESSING)
-        ready = [m for m in self.jobs.values()
-                 if m.ready and m.topic in topics and m.id != skip
-                 and (not limits or m.topic not in limits or running[m.topic] < limits[m.topic])]
+        ready = [
+            m
+            for m in self.jobs.values()
+            if m.ready
+            and m.topic in topics
+            and m.id != skip
+            and (not limits or m.topic not in limits or running[m.topic] < limits[m.topic])
+        ]
         return min(ready, key=lambda m: (-m.priority, m.order, m.id), default=None)
 
     def holds(self, ticket: Ticket) -> M | None:
         m = self.jobs.get(ticket.job_id)
-        if m and m.state is State.PROCESSING and m.holder == ticket.holder \
-                and m.attempts == ticket.attempt:
+        if (
+            m
+            and m.state is State.PROCESSING
+            and m.holder == ticket.holder
+            and m.attempts == ticket.attempt
+        ):
             return m
         return None
 
@@ -293,7 +338,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert got is not None, f"nothing claimed, but {want.id} was ready"
         assert got.id == want.id, (
             f"claim order (invariant 10): got {got.id}, expected {want.id} "
-            f"(priority {want.priority}, available order {want.order})")
+            f"(priority {want.priority}, available order {want.order})"
+        )
         self._take(want, got, holder)
 
     def _take(self, m: M, got: Claimed, holder: str) -> None:
@@ -322,15 +368,32 @@ class StoreMachine(RuleBasedStateMachine):
 
     # rules: producers
 
-    @rule(batch=st.lists(st.tuples(st.sampled_from(TOPICS), payloads, st.sampled_from(KEYS),
-                                   st.sampled_from((-1, 0, 1)), st.booleans()),
-                         min_size=1, max_size=3))
+    @rule(
+        batch=st.lists(
+            st.tuples(
+                st.sampled_from(TOPICS),
+                payloads,
+                st.sampled_from(KEYS),
+                st.sampled_from((-1, 0, 1)),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
     def enqueue(self, batch: list[tuple[str, Any, str | None, int, bool]]) -> None:
         now = self._now()
         future = self.side.future()
-        jobs = [Job(topic, payload, idempotency_key=key, priority=prio,
-                    available_at=future if delayed else None)
-                for topic, payload, key, prio, delayed in batch]
+        jobs = [
+            Job(
+                topic,
+                payload,
+                idempotency_key=key,
+                priority=prio,
+                available_at=future if delayed else None,
+            )
+            for topic, payload, key, prio, delayed in batch
+        ]
         results = self.store.enqueue_many(jobs)
         assert len(results) == len(jobs)
         for job, result in zip(jobs, results, strict=True):
@@ -341,19 +404,23 @@ class StoreMachine(RuleBasedStateMachine):
             assert result.created, f"a new key {job.idempotency_key!r} was not created"
             assert result.id not in self.model.jobs
             self.model.jobs[result.id] = M(
-                result.id, job.topic, job.payload, job.idempotency_key, job.priority,
-                created=now, order=None if job.available_at else now)
+                result.id,
+                job.topic,
+                job.payload,
+                job.idempotency_key,
+                job.priority,
+                created=now,
+                order=None if job.available_at else now,
+            )
 
     # rules: workers
 
-    @rule(holder=st.sampled_from(HOLDERS), topics=st.sampled_from(
-        (TOPICS, TOPICS[:1], TOPICS[1:])))
+    @rule(holder=st.sampled_from(HOLDERS), topics=st.sampled_from((TOPICS, TOPICS[:1], TOPICS[1:])))
     def claim(self, holder: str, topics: tuple[str, ...]) -> None:
         want = self.model.best(topics)
         self._claimed(self.store.claim(holder, list(topics), LEASE), want, holder)
 
-    @rule(holder=st.sampled_from(HOLDERS), limit=st.integers(1, 2),
-          capped=st.sampled_from(TOPICS))
+    @rule(holder=st.sampled_from(HOLDERS), limit=st.integers(1, 2), capped=st.sampled_from(TOPICS))
     def claim_with_limit(self, holder: str, limit: int, capped: str) -> None:
         """max_running: the store may serve either group first, but never above the cap."""
         limits = {capped: limit}
@@ -378,15 +445,21 @@ class StoreMachine(RuleBasedStateMachine):
         assert written == expected, f"settle {outcome.label} with {ticket}: {written}"
         self._settled(ticket, outcome)
 
-    @rule(i=st.integers(0, 10**6), hook=st.booleans(), fail=st.booleans(),
-          chain=st.lists(st.tuples(st.sampled_from(TOPICS), st.sampled_from(KEYS)), max_size=2))
+    @rule(
+        i=st.integers(0, 10**6),
+        hook=st.booleans(),
+        fail=st.booleans(),
+        chain=st.lists(st.tuples(st.sampled_from(TOPICS), st.sampled_from(KEYS)), max_size=2),
+    )
     @precondition(lambda self: self.tickets)
-    def settle_done_with_effects(self, i: int, hook: bool, fail: bool,
-                                 chain: list[tuple[str, str | None]]) -> None:
+    def settle_done_with_effects(
+        self, i: int, hook: bool, fail: bool, chain: list[tuple[str, str | None]]
+    ) -> None:
         """done with on_succeeded hooks and chained jobs: all in one transaction, or nothing."""
         ticket = self.tickets[i % len(self.tickets)]
-        jobs = [Job(topic, {"chained": n}, idempotency_key=key)
-                for n, (topic, key) in enumerate(chain)]
+        jobs = [
+            Job(topic, {"chained": n}, idempotency_key=key) for n, (topic, key) in enumerate(chain)
+        ]
         hooks = [self.side.hook(ticket.job_id, fail)] if hook else []
         before = set(self.side.rows())
         now = self._now()
@@ -408,12 +481,16 @@ class StoreMachine(RuleBasedStateMachine):
             if self.model.by_key(job.topic, job.idempotency_key) is None:
                 new = min(created - set(self.model.jobs))
                 created.discard(new)
-                self.model.jobs[new] = M(new, job.topic, job.payload, job.idempotency_key, 0,
-                                         created=now, order=now)
+                self.model.jobs[new] = M(
+                    new, job.topic, job.payload, job.idempotency_key, 0, created=now, order=now
+                )
         assert not created - set(self.model.jobs), "chain created unexpected rows"
 
-    @rule(holder=st.sampled_from(HOLDERS), limit=st.integers(1, 3),
-          topics=st.sampled_from((TOPICS, TOPICS[:1])))
+    @rule(
+        holder=st.sampled_from(HOLDERS),
+        limit=st.integers(1, 3),
+        topics=st.sampled_from((TOPICS, TOPICS[:1])),
+    )
     def claim_many(self, holder: str, limit: int, topics: tuple[str, ...]) -> None:
         """The producer's batch claim: the best ``limit`` ready jobs, in claim order."""
         got = self.store.claim_many(holder, list(topics), LEASE, limit)
@@ -428,8 +505,11 @@ class StoreMachine(RuleBasedStateMachine):
         """The completer's batch settle: live and stale tickets mixed, one statement."""
         chosen = data.draw(st.lists(st.sampled_from(self.tickets), max_size=4, unique=True))
         settles = [(t, decide(ERRORS[error](), self._charged(t), OPTS)) for t in chosen]
-        expected = {t.job_id for t, o in settles
-                    if self.model.holds(t) is not None and o.kind is not SettleKind.ABANDON}
+        expected = {
+            t.job_id
+            for t, o in settles
+            if self.model.holds(t) is not None and o.kind is not SettleKind.ABANDON
+        }
         assert self.store.settle_many(settles) == expected
         for ticket, outcome in settles:
             self._settled(ticket, outcome)
@@ -490,12 +570,19 @@ class StoreMachine(RuleBasedStateMachine):
         m.expired = True
 
     @rule(i=st.integers(0, 10**6))
-    @precondition(lambda self: any(m.state in (State.PENDING, State.FAILED) and m.order is None
-                                   for m in self.model.jobs.values()))
+    @precondition(
+        lambda self: any(
+            m.state in (State.PENDING, State.FAILED) and m.order is None
+            for m in self.model.jobs.values()
+        )
+    )
     def time_passes_for_a_waiting_job(self, i: int) -> None:
         """available_at = created_at: it queues again where it was first enqueued."""
-        jobs = [m for m in self.model.jobs.values()
-                if m.state in (State.PENDING, State.FAILED) and m.order is None]
+        jobs = [
+            m
+            for m in self.model.jobs.values()
+            if m.state in (State.PENDING, State.FAILED) and m.order is None
+        ]
         m = jobs[i % len(jobs)]
         self.side.make_available(m.id)
         m.order = m.created
@@ -504,8 +591,7 @@ class StoreMachine(RuleBasedStateMachine):
     def reaper(self) -> None:
         now = self._now()
         done = Reaper(self.store, Every(timedelta(seconds=5)), MAX_EXPIRATIONS).run_once()
-        expired = [m for m in self.model.jobs.values()
-                   if m.state is State.PROCESSING and m.expired]
+        expired = [m for m in self.model.jobs.values() if m.state is State.PROCESSING and m.expired]
         dead = [m for m in expired if m.streak + 1 >= MAX_EXPIRATIONS]
         assert dict(done.dead) == dict(Counter(m.topic for m in dead)), "reaper: dead counts"
         assert dict(done.pending) == dict(Counter(m.topic for m in expired if m not in dead))
@@ -515,15 +601,18 @@ class StoreMachine(RuleBasedStateMachine):
             m.state, m.expired, m.order = State.PENDING, False, now
             if m in dead:  # the job kills its holder every time: dead, with the reason
                 m.state, m.order = State.DEAD, None
-                m.last_error = (f"lease expired {m.streak} times in a row: its holder died "
-                                f"every time it ran (last holder {m.holder}); the job may be "
-                                "killing its host")
+                m.last_error = (
+                    f"lease expired {m.streak} times in a row: its holder died "
+                    f"every time it ran (last holder {m.holder}); the job may be "
+                    "killing its host"
+                )
             else:
                 m.holder = None
 
     @rule(i=st.integers(0, 10**6))
-    @precondition(lambda self: any(m.state in TERMINAL and m.aged is None
-                                   for m in self.model.jobs.values()))
+    @precondition(
+        lambda self: any(m.state in TERMINAL and m.aged is None for m in self.model.jobs.values())
+    )
     def terminal_row_gets_old(self, i: int) -> None:
         jobs = [m for m in self.model.jobs.values() if m.state in TERMINAL and m.aged is None]
         m = jobs[i % len(jobs)]
@@ -533,8 +622,9 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(batch=st.integers(1, 3), service=st.booleans())
     def retention(self, batch: int, service: bool) -> None:
-        aged = sorted((m for m in self.model.jobs.values() if m.aged is not None),
-                      key=lambda m: m.aged or 0)
+        aged = sorted(
+            (m for m in self.model.jobs.values() if m.aged is not None), key=lambda m: m.aged or 0
+        )
         if service:
             counts = Retention(self.store, TTL, batch, Every(timedelta(hours=1))).run_once()
             gone = aged
@@ -553,7 +643,8 @@ class StoreMachine(RuleBasedStateMachine):
         rows = self.side.rows()
         assert set(rows) == set(self.model.jobs), (
             f"rows {len(rows)} vs model {len(self.model.jobs)}: "
-            f"extra {set(rows) - set(self.model.jobs)}, missing {set(self.model.jobs) - set(rows)}")
+            f"extra {set(rows) - set(self.model.jobs)}, missing {set(self.model.jobs) - set(rows)}"
+        )
         keys: Counter[tuple[str, str]] = Counter()
         for job_id, row in rows.items():
             m = self.model.jobs[job_id]
@@ -579,7 +670,8 @@ class StoreMachine(RuleBasedStateMachine):
             assert row.idempotency_key != "", "an empty key must be stored as NULL"
         assert all(n == 1 for n in keys.values()), "one row per (topic, key) (invariant 8)"
         assert sorted(self.side.effects()) == sorted(self.model.effects), (
-            "settle-transaction effects: exactly one per hooked done")
+            "settle-transaction effects: exactly one per hooked done"
+        )
 
     @invariant()
     def no_process_thread_or_connection_started(self) -> None:
@@ -593,9 +685,15 @@ class FakeMachine(StoreMachine):
 
 
 def test_state_machine_in_memory_fake() -> None:
-    run_state_machine_as_test(FakeMachine, settings=settings(
-        max_examples=300, stateful_step_count=50, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow]))
+    run_state_machine_as_test(
+        FakeMachine,
+        settings=settings(
+            max_examples=300,
+            stateful_step_count=50,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
 
 
 @pytest.mark.db
@@ -614,8 +712,14 @@ def test_state_machine_postgresql(dsn: str, pg: psycopg.Connection[Any]) -> None
             super().__init__()
 
     try:
-        run_state_machine_as_test(PgMachine, settings=settings(
-            max_examples=200, stateful_step_count=50, deadline=None,
-            suppress_health_check=[HealthCheck.too_slow]))
+        run_state_machine_as_test(
+            PgMachine,
+            settings=settings(
+                max_examples=200,
+                stateful_step_count=50,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            ),
+        )
     finally:
         store.close()

@@ -25,32 +25,50 @@ CLEAR = "\x1b[H\x1b[2J"
 
 def arrange(pg: psycopg.Connection[Any]) -> dict[str, str]:
     """Jobs in several states; the ids of the interesting ones."""
+
     def insert(sql: str) -> str:
         row = pg.execute(sql + " RETURNING id::text").fetchone()
         assert row is not None
         return str(row[0])
 
     ids = {
-        "ready": insert("INSERT INTO job (topic, payload, available_at) "
-                        "VALUES ('email.send', '{}', now() - interval '90 seconds')"),
-        "later": insert("INSERT INTO job (topic, payload, available_at) "
-                        "VALUES ('report.build', '{}', now() + interval '1 hour')"),
-        "running": insert("INSERT INTO job (topic, payload, state, attempts, locked_by, "
-                          "locked_until) VALUES ('email.send', '{}', 'processing', 2, "
-                          "'host-a:4242', now() + interval '45 seconds')"),
-        "dead": insert("INSERT INTO job (topic, payload, state, attempts, last_error) "
-                       "VALUES ('report.build', '{}', 'dead', 5, 'ValueError: no such report')"),
-        "old_dead": insert("INSERT INTO job (topic, payload, state, attempts, last_error, "
-                           "updated_at) VALUES ('report.build', '{}', 'dead', 5, 'old', "
-                           "now() - interval '2 hours')"),
+        "ready": insert(
+            "INSERT INTO job (topic, payload, available_at) "
+            "VALUES ('email.send', '{}', now() - interval '90 seconds')"
+        ),
+        "later": insert(
+            "INSERT INTO job (topic, payload, available_at) "
+            "VALUES ('report.build', '{}', now() + interval '1 hour')"
+        ),
+        "running": insert(
+            "INSERT INTO job (topic, payload, state, attempts, locked_by, "
+            "locked_until) VALUES ('email.send', '{}', 'processing', 2, "
+            "'host-a:4242', now() + interval '45 seconds')"
+        ),
+        "dead": insert(
+            "INSERT INTO job (topic, payload, state, attempts, last_error) "
+            "VALUES ('report.build', '{}', 'dead', 5, 'ValueError: no such report')"
+        ),
+        "old_dead": insert(
+            "INSERT INTO job (topic, payload, state, attempts, last_error, "
+            "updated_at) VALUES ('report.build', '{}', 'dead', 5, 'old', "
+            "now() - interval '2 hours')"
+        ),
     }
-    pg.execute("INSERT INTO job (topic, payload, state, attempts) "
-               "SELECT 'email.send', '{}', 'done', 1 FROM generate_series(1, 3)")
+    pg.execute(
+        "INSERT INTO job (topic, payload, state, attempts) "
+        "SELECT 'email.send', '{}', 'done', 1 FROM generate_series(1, 3)"
+    )
     return ids
 
 
-def run_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
-               tmp_path: Path, dsn: str, *args: str) -> str:
+def run_status(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    dsn: str,
+    *args: str,
+) -> str:
     monkeypatch.chdir(tmp_path)  # no stray .env
     monkeypatch.setenv("DATABASE_URL", dsn)
     assert main(["status", *args]) == 0
@@ -58,16 +76,28 @@ def run_status(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[st
     return out
 
 
-def test_status_text_shows_every_section(pg: psycopg.Connection[Any], dsn: str,
-                                         monkeypatch: pytest.MonkeyPatch,
-                                         capsys: pytest.CaptureFixture[str],
-                                         tmp_path: Path) -> None:
+def test_status_text_shows_every_section(
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
     ids = arrange(pg)
     out = run_status(monkeypatch, capsys, tmp_path, dsn)
     lines = out.splitlines()
     header = next(line for line in lines if line.startswith("topic"))
-    assert header.split() == ["topic", "pending", "failed", "processing", "done", "dead",
-                              "canceled", "oldest", "ready"]
+    assert header.split() == [
+        "topic",
+        "pending",
+        "failed",
+        "processing",
+        "done",
+        "dead",
+        "canceled",
+        "oldest",
+        "ready",
+    ]
     email = next(line for line in lines if line.startswith("email.send "))
     assert email.split()[1:7] == ["1", "0", "1", "3", "0", "0"]
     assert email.split()[7].startswith("1m3")  # waited about 90 s
@@ -83,21 +113,36 @@ def test_status_text_shows_every_section(pg: psycopg.Connection[Any], dsn: str,
     assert ids["old_dead"] not in out
 
 
-def test_status_json_is_one_object_with_every_section(pg: psycopg.Connection[Any], dsn: str,
-                                                      monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str],
-                                                      tmp_path: Path) -> None:
+def test_status_json_is_one_object_with_every_section(
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
     ids = arrange(pg)
     out = run_status(monkeypatch, capsys, tmp_path, dsn, "--json")
     assert len(out.strip().splitlines()) == 1
     data = json.loads(out)
-    assert set(data) == {"taken_at", "depth", "oldest_ready_s", "running", "dead_last_hour",
-                         "dead_last_hour_total", "supervisors", "unserved_topics"}
+    assert set(data) == {
+        "taken_at",
+        "depth",
+        "oldest_ready_s",
+        "running",
+        "dead_last_hour",
+        "dead_last_hour_total",
+        "supervisors",
+        "unserved_topics",
+    }
     assert data["supervisors"] == [] and data["unserved_topics"] == ["email.send"]
     depth = {(r["topic"], r["state"]): r["jobs"] for r in data["depth"]}
-    assert depth == {("email.send", "pending"): 1, ("email.send", "processing"): 1,
-                     ("email.send", "done"): 3, ("report.build", "pending"): 1,
-                     ("report.build", "dead"): 2}
+    assert depth == {
+        ("email.send", "pending"): 1,
+        ("email.send", "processing"): 1,
+        ("email.send", "done"): 3,
+        ("report.build", "pending"): 1,
+        ("report.build", "dead"): 2,
+    }
     assert set(data["oldest_ready_s"]) == {"email.send"}
     assert 85 <= data["oldest_ready_s"]["email.send"] <= 150
     (running,) = data["running"]
@@ -108,8 +153,9 @@ def test_status_json_is_one_object_with_every_section(pg: psycopg.Connection[Any
     assert dead["attempts"] == 5 and dead["updated_at"].endswith("+00:00")
 
 
-def test_status_of_an_empty_queue(dsn: str, monkeypatch: pytest.MonkeyPatch,
-                                  capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_status_of_an_empty_queue(
+    dsn: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     out = run_status(monkeypatch, capsys, tmp_path, dsn)
     assert "no jobs" in out and "running: none" in out and "dead in the last hour: none" in out
     data = json.loads(run_status(monkeypatch, capsys, tmp_path, dsn, "--json"))
@@ -126,18 +172,22 @@ def test_watch_with_a_bad_interval_is_a_usage_error(capsys: pytest.CaptureFixtur
 def watch(dsn: str, tmp_path: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUE_", "BROOQ_"))}
     env["DATABASE_URL"] = dsn
-    return subprocess.Popen([sys.executable, "-m", "brooq.cli", "status", "--watch", "0.2", *args],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "brooq.cli", "status", "--watch", "0.2", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
-def interrupt_after_redraws(proc: subprocess.Popen[bytes], marker: str,
-                            redraws: int) -> tuple[str, str]:
+def interrupt_after_redraws(
+    proc: subprocess.Popen[bytes], marker: str, redraws: int
+) -> tuple[str, str]:
     """Read until ``redraws`` frames arrived (bounded), then SIGINT; (stdout, stderr)."""
     assert proc.stdout is not None and proc.stderr is not None
     seen, deadline = b"", time.monotonic() + 15
-    while seen.decode(errors="replace").count(marker) < redraws \
-            and time.monotonic() < deadline:
+    while seen.decode(errors="replace").count(marker) < redraws and time.monotonic() < deadline:
         ready, _, _ = select.select([proc.stdout], [], [], 0.5)
         if ready:
             seen += os.read(proc.stdout.fileno(), 65536)
@@ -152,8 +202,9 @@ def interrupt_after_redraws(proc: subprocess.Popen[bytes], marker: str,
 
 
 @pytest.mark.timeout(60)
-def test_watch_redraws_in_place_and_exits_0_on_sigint(pg: psycopg.Connection[Any], dsn: str,
-                                                      tmp_path: Path) -> None:
+def test_watch_redraws_in_place_and_exits_0_on_sigint(
+    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path
+) -> None:
     arrange(pg)
     proc = watch(dsn, tmp_path)
     out, err = interrupt_after_redraws(proc, CLEAR, 3)
@@ -165,8 +216,9 @@ def test_watch_redraws_in_place_and_exits_0_on_sigint(pg: psycopg.Connection[Any
 
 
 @pytest.mark.timeout(60)
-def test_watch_json_prints_one_object_per_refresh(pg: psycopg.Connection[Any], dsn: str,
-                                                  tmp_path: Path) -> None:
+def test_watch_json_prints_one_object_per_refresh(
+    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path
+) -> None:
     arrange(pg)
     proc = watch(dsn, tmp_path, "--json")
     out, err = interrupt_after_redraws(proc, "\n", 3)
@@ -177,8 +229,11 @@ def test_watch_json_prints_one_object_per_refresh(pg: psycopg.Connection[Any], d
 
 
 def test_status_with_the_app_lists_its_schedules_and_next_runs(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
-    dsn: str, pg: psycopg.Connection[Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    dsn: str,
+    pg: psycopg.Connection[Any],
 ) -> None:
     (tmp_path / "schedapp.py").write_text(
         "import os, brooq\n"
@@ -191,8 +246,9 @@ def test_status_with_the_app_lists_its_schedules_and_next_runs(
     monkeypatch.syspath_prepend(str(tmp_path))
     text = run_status(monkeypatch, capsys, tmp_path, dsn, "--app", "schedapp:queue")
     assert "schedules:" in text and "nightly" in text and "Europe/Berlin" in text
-    data = json.loads(run_status(monkeypatch, capsys, tmp_path, dsn, "--app", "schedapp:queue",
-                                 "--json"))
+    data = json.loads(
+        run_status(monkeypatch, capsys, tmp_path, dsn, "--app", "schedapp:queue", "--json")
+    )
     names = [row["name"] for row in data["schedules"]]
     assert names == ["report.build@*/5 * * * *", "nightly"]
     nightly = data["schedules"][1]

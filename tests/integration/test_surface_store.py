@@ -26,10 +26,13 @@ def inspection(dsn: str) -> Iterator[PostgresInspection]:
 
 
 def test_the_gauges_read_depth_and_the_oldest_ready_age(
-        pg: psycopg.Connection[Any], inspection: PostgresInspection) -> None:
-    pg.execute("INSERT INTO job (topic, payload, available_at) VALUES "
-               "('a', 'null', now() - interval '5 seconds'), ('a', 'null', now()), "
-               "('b', 'null', now() + interval '1 hour')")
+    pg: psycopg.Connection[Any], inspection: PostgresInspection
+) -> None:
+    pg.execute(
+        "INSERT INTO job (topic, payload, available_at) VALUES "
+        "('a', 'null', now() - interval '5 seconds'), ('a', 'null', now()), "
+        "('b', 'null', now() + interval '1 hour')"
+    )
     depth = {(r.topic, r.state): r.jobs for r in inspection.depth()}
     assert depth == {("a", "pending"): 2, ("b", "pending"): 1}
     oldest = inspection.oldest_ready()
@@ -37,7 +40,8 @@ def test_the_gauges_read_depth_and_the_oldest_ready_age(
 
 
 def test_the_reads_give_up_at_their_statement_timeout(
-        dsn: str, inspection: PostgresInspection) -> None:
+    dsn: str, inspection: PostgresInspection
+) -> None:
     """A table nobody can read right now (locked here; huge in production) fails fast."""
     with psycopg.connect(dsn) as locker:
         locker.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
@@ -54,11 +58,11 @@ def test_the_reads_give_up_at_their_statement_timeout(
 
 
 def test_a_scrape_during_a_timeout_has_no_database_gauges(
-        dsn: str, inspection: PostgresInspection) -> None:
+    dsn: str, inspection: PostgresInspection
+) -> None:
     collector = DatabaseCollector(inspection, ["a"])
     with psycopg.connect(dsn) as locker:
         locker.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
         assert list(collector.collect()) == []
         locker.rollback()
-    assert [f.name for f in collector.collect()] == ["brooq_jobs",
-                                                     "brooq_ready_oldest_age_seconds"]
+    assert [f.name for f in collector.collect()] == ["brooq_jobs", "brooq_ready_oldest_age_seconds"]

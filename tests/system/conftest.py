@@ -24,8 +24,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
-def supervise(request: pytest.FixtureRequest, dsn: str,
-              tmp_path: Path) -> Iterator[Callable[..., Supervisor]]:
+def supervise(
+    request: pytest.FixtureRequest, dsn: str, tmp_path: Path
+) -> Iterator[Callable[..., Supervisor]]:
     """``supervise(*args, app=..., name=..., env=...)`` starts ``brooq supervise``.
 
     Every supervisor started is stopped at teardown (SIGTERM, then SIGKILL of
@@ -34,10 +35,15 @@ def supervise(request: pytest.FixtureRequest, dsn: str,
     started: list[Supervisor] = []
     request.node.stash[SUPERVISORS] = started
 
-    def start(*args: str, app: str = "sysapp:queue", name: str | None = None,
-              env: dict[str, str] | None = None) -> Supervisor:
-        sup = Supervisor(dsn, tmp_path, app=app, args=args, env=env,
-                         name=name or f"supervisor{len(started)}")
+    def start(
+        *args: str,
+        app: str = "sysapp:queue",
+        name: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Supervisor:
+        sup = Supervisor(
+            dsn, tmp_path, app=app, args=args, env=env, name=name or f"supervisor{len(started)}"
+        )
         started.append(sup)
         return sup.start()
 

@@ -35,8 +35,12 @@ _SCRUBBED_PREFIXES = ("QUEUE_", "BROOQ_", "LOG_")
 _SCRUBBED = {"DATABASE_URL", "HTTP_ADDR", "CREDENTIALS_DIRECTORY", "PYTHONPATH"}
 
 
-def wait_until(predicate: Callable[[], T | Literal[False] | None], timeout: float,
-               what: str = "", interval: float = 0.05) -> T:
+def wait_until(
+    predicate: Callable[[], T | Literal[False] | None],
+    timeout: float,
+    what: str = "",
+    interval: float = 0.05,
+) -> T:
     """Poll ``predicate`` until it returns something truthy (returned); AssertionError after."""
     deadline = time.monotonic() + timeout
     while True:
@@ -57,7 +61,7 @@ def proc_stat(pid: int) -> tuple[str, int] | None:
         data = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    fields = data[data.rindex(")") + 2:].split()
+    fields = data[data.rindex(")") + 2 :].split()
     return fields[0], int(fields[1])
 
 
@@ -121,7 +125,9 @@ def job(conn: psycopg.Connection[Any], job_id: str) -> dict[str, Any]:
     """The row of one job as a dict."""
     cur = conn.execute(
         "SELECT id::text, topic, state, attempts, last_error, locked_by, locked_until "
-        "FROM job WHERE id = %s", (job_id,))
+        "FROM job WHERE id = %s",
+        (job_id,),
+    )
     row = cur.fetchone()
     assert row is not None, f"no job {job_id}"
     names = [d.name for d in cur.description or []]
@@ -130,10 +136,14 @@ def job(conn: psycopg.Connection[Any], job_id: str) -> dict[str, Any]:
 
 def insert_jobs(conn: psycopg.Connection[Any], topic: str, payloads: Sequence[Any]) -> list[str]:
     """Enqueue jobs with plain SQL, in order (ids are UUIDv7); NOTIFY the workers. Their ids."""
-    ids = [str(r[0]) for r in conn.execute(
-        "INSERT INTO job (topic, payload) SELECT %s, p FROM unnest(%s::jsonb[]) "
-        "WITH ORDINALITY AS t(p, n) ORDER BY n RETURNING id",
-        (topic, [json.dumps(p) for p in payloads]))]
+    ids = [
+        str(r[0])
+        for r in conn.execute(
+            "INSERT INTO job (topic, payload) SELECT %s, p FROM unnest(%s::jsonb[]) "
+            "WITH ORDINALITY AS t(p, n) ORDER BY n RETURNING id",
+            (topic, [json.dumps(p) for p in payloads]),
+        )
+    ]
     conn.execute("SELECT pg_notify('brooq_job', %s)", (topic,))
     return ids
 
@@ -149,9 +159,15 @@ def all_terminal(conn: psycopg.Connection[Any]) -> bool:
 class Supervisor:
     """One ``python -m brooq.cli supervise`` process, in its own session (process group)."""
 
-    def __init__(self, dsn: str, workdir: Path, app: str = "sysapp:queue",
-                 args: Sequence[str] = (), env: dict[str, str] | None = None,
-                 name: str = "supervisor") -> None:
+    def __init__(
+        self,
+        dsn: str,
+        workdir: Path,
+        app: str = "sysapp:queue",
+        args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+        name: str = "supervisor",
+    ) -> None:
         self.dsn, self.workdir, self.app = dsn, workdir, app
         self.args, self.extra_env = list(args), dict(env or {})
         self.log_path = workdir / f"{name}.log"
@@ -167,13 +183,21 @@ class Supervisor:
 
     def env(self) -> dict[str, str]:
         """The supervisor's environment: ours minus brooq settings, plus the test's."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
-        env.update({
-            "DATABASE_URL": self.dsn, "PYTHONPATH": PYTHONPATH, "LOG_FORMAT": "json",
-            "LOG_LEVEL": "info", "PYTHONUNBUFFERED": "1",
-            "HTTP_ADDR": f"127.0.0.1:{free_port()}",
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
+        }
+        env.update(
+            {
+                "DATABASE_URL": self.dsn,
+                "PYTHONPATH": PYTHONPATH,
+                "LOG_FORMAT": "json",
+                "LOG_LEVEL": "info",
+                "PYTHONUNBUFFERED": "1",
+                "HTTP_ADDR": f"127.0.0.1:{free_port()}",
+            }
+        )
         env.update(self.extra_env)
         return env
 
@@ -186,8 +210,13 @@ class Supervisor:
         self.env_used = self.env()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.command(), cwd=self.workdir, env=self.env_used, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=log, start_new_session=True,
+                self.command(),
+                cwd=self.workdir,
+                env=self.env_used,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
             )
         return self
 
@@ -264,13 +293,16 @@ class Supervisor:
         """pid → process title of every live child."""
         return {pid: title(pid) for pid in self.children()}
 
-    def wait_children(self, n: int, timeout: float = 15.0,
-                      exclude: Sequence[int] = ()) -> list[int]:
+    def wait_children(
+        self, n: int, timeout: float = 15.0, exclude: Sequence[int] = ()
+    ) -> list[int]:
         """Wait until exactly ``n`` children run (none of them in ``exclude``); their pids."""
+
         def check() -> list[int] | None:
             pids = self.children()
             ok = len(pids) == n and not set(pids) & set(exclude)
             return pids if ok and all(title(p).startswith("brooq worker") for p in pids) else None
+
         return wait_until(check, timeout, f"{n} children of supervisor {self.pid}")
 
     def child_running(self, job_id: str) -> int | None:
@@ -298,14 +330,18 @@ class Supervisor:
                 self._events.append(record)
                 if record.get("event") == "WorkerStarted" and isinstance(record.get("pid"), int):
                     self.seen.add(record["pid"])
-        return [e for e in self._events
-                if (name is None or e.get("event") == name)
-                and all(e.get(k) == v for k, v in fields.items())]
+        return [
+            e
+            for e in self._events
+            if (name is None or e.get("event") == name)
+            and all(e.get(k) == v for k, v in fields.items())
+        ]
 
     def wait_event(self, name: str, timeout: float, **fields: Any) -> dict[str, Any]:
         """Wait for the first log event ``name`` with ``fields``; that event."""
-        found = wait_until(lambda: self.events(name, **fields), timeout,
-                           f"log event {name} {fields or ''}")
+        found = wait_until(
+            lambda: self.events(name, **fields), timeout, f"log event {name} {fields or ''}"
+        )
         return found[0]
 
     def log_tail(self, lines: int = 80) -> str:
@@ -317,12 +353,22 @@ class Supervisor:
         return "\n".join(text.splitlines()[-lines:])
 
 
-def run_cli(dsn: str, workdir: Path, *args: str, timeout: float = 30.0,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    dsn: str, workdir: Path, *args: str, timeout: float = 30.0, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m brooq.cli ARGS`` with the test database; its completed process."""
     extra = env or {}
-    env = {k: v for k, v in os.environ.items()
-           if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
+    }
     env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH, **extra})
-    return subprocess.run([sys.executable, "-m", "brooq.cli", *args], cwd=workdir, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "brooq.cli", *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

@@ -40,8 +40,9 @@ def http_addr(sup: Supervisor, timeout: float = 20.0) -> str:
     return addr
 
 
-def request(url: str, method: str = "GET", token: str | None = None,
-            timeout: float = 5.0) -> tuple[int, str]:
+def request(
+    url: str, method: str = "GET", token: str | None = None, timeout: float = 5.0
+) -> tuple[int, str]:
     """(status, body) of one HTTP request; HTTP errors are answers, not exceptions."""
     req = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
     if token is not None:
@@ -76,13 +77,17 @@ class Scrape:
 
     def __init__(self, text: str, seconds: float) -> None:
         self.text, self.seconds = text, seconds
-        self.samples = [s for family in text_string_to_metric_families(text)
-                        for s in family.samples]
+        self.samples = [
+            s for family in text_string_to_metric_families(text) for s in family.samples
+        ]
 
     def matching(self, name: str, **labels: str) -> list[Any]:
         """Samples named ``name`` whose labels include ``labels``."""
-        return [s for s in self.samples if s.name == name
-                and all(s.labels.get(k) == v for k, v in labels.items())]
+        return [
+            s
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+        ]
 
     def value(self, name: str, **labels: str) -> float:
         """The sum of the matching samples (0 when there are none)."""
@@ -109,8 +114,9 @@ def exported_metric_names() -> set[str]:
     """
     source = (ROOT / "brooq" / "metrics.py").read_text()
     names: set[str] = set()
-    for kind, name in re.findall(r'(Counter|Gauge|Histogram|MetricFamily)\(\s*"(brooq_\w+)"',
-                                 source):
+    for kind, name in re.findall(
+        r'(Counter|Gauge|Histogram|MetricFamily)\(\s*"(brooq_\w+)"', source
+    ):
         names.add(name)
         if kind == "Histogram":
             names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"}
@@ -125,20 +131,28 @@ def ensure_prometheus_tool(name: str) -> str:
 
     Installing needs root (as in CI); otherwise the caller fails, never skips.
     """
-    found = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK)
-                                   else None)
+    found = shutil.which(name) or (
+        f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None
+    )
     if found:
         return found
     if os.geteuid() != 0:
-        raise AssertionError(f"{name} is missing: install the Debian package `prometheus` "
-                             "(apt-get install prometheus)")
+        raise AssertionError(
+            f"{name} is missing: install the Debian package `prometheus` "
+            "(apt-get install prometheus)"
+        )
     if not _installed.get("prometheus"):
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, timeout=600,
-                       capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                        "prometheus"], check=True, env=env,
-                       timeout=900, capture_output=True)
+        subprocess.run(
+            ["apt-get", "update", "-qq"], check=True, env=env, timeout=600, capture_output=True
+        )
+        subprocess.run(
+            ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "prometheus"],
+            check=True,
+            env=env,
+            timeout=900,
+            capture_output=True,
+        )
         _installed["prometheus"] = True
     found = shutil.which(name) or f"/usr/bin/{name}"
     assert os.access(found, os.X_OK), f"{name} still missing after installing `prometheus`"
@@ -157,13 +171,17 @@ class PrivateCluster:
         self.parent = Path(tempfile.mkdtemp(prefix="brooq-pg-", dir="/tmp"))
         os.chmod(self.parent, 0o755)
         self.port = free_port()
-        self.env = {**os.environ, "BROOQ_PGDIR": str(self.parent / "cluster"),
-                    "BROOQ_PGPORT": str(self.port)}
+        self.env = {
+            **os.environ,
+            "BROOQ_PGDIR": str(self.parent / "cluster"),
+            "BROOQ_PGPORT": str(self.port),
+        }
 
     def run(self, action: str, timeout: float = 120.0) -> str:
         """``pg.sh ACTION`` for this cluster; its stdout."""
-        done = subprocess.run([str(PG_SH), action], env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(PG_SH), action], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
         assert done.returncode == 0, f"pg.sh {action}: {done.stderr}"
         return done.stdout.strip()
 

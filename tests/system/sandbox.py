@@ -45,8 +45,12 @@ def scmp_act_errno(code: int) -> int:
 class ArgCmp(ctypes.Structure):
     """struct scmp_arg_cmp."""
 
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int),
-                ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 def syscall_set(name: str, seen: set[str] | None = None) -> set[str]:
@@ -58,8 +62,9 @@ def syscall_set(name: str, seen: set[str] | None = None) -> set[str]:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
         sys.exit("sandbox: systemd-analyze is missing (apt-get install systemd)")
-    out = subprocess.run([analyze, "syscall-filter", name], capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [analyze, "syscall-filter", name], capture_output=True, text=True, check=True
+    ).stdout
     calls: set[str] = set()
     for line in out.splitlines()[1:]:
         item = line.strip()
@@ -89,7 +94,12 @@ def main(argv: list[str]) -> None:
     seccomp.seccomp_init.argtypes = [ctypes.c_uint32]
     seccomp.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     seccomp.seccomp_rule_add_array.argtypes = [
-        ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ArgCmp)]
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(ArgCmp),
+    ]
     seccomp.seccomp_load.argtypes = [ctypes.c_void_p]
 
     os.umask(0o077)
@@ -108,11 +118,14 @@ def main(argv: list[str]) -> None:
             check(seccomp.seccomp_rule_add_array(ctx, SCMP_ACT_ALLOW, nr, 0, None), call)
     nr_socket = seccomp.seccomp_syscall_resolve_name(b"socket")
     for family in range(MAX_FAMILY):
-        action = (SCMP_ACT_ALLOW if family in ALLOWED_FAMILIES
-                  else scmp_act_errno(errno.EAFNOSUPPORT))
+        action = (
+            SCMP_ACT_ALLOW if family in ALLOWED_FAMILIES else scmp_act_errno(errno.EAFNOSUPPORT)
+        )
         arg = ArgCmp(0, SCMP_CMP_EQ, family, 0)
-        check(seccomp.seccomp_rule_add_array(ctx, action, nr_socket, 1, ctypes.byref(arg)),
-              f"socket family {family}")
+        check(
+            seccomp.seccomp_rule_add_array(ctx, action, nr_socket, 1, ctypes.byref(arg)),
+            f"socket family {family}",
+        )
     check(seccomp.seccomp_load(ctx), "seccomp_load")
     os.execvp(command[0], command)
 

@@ -64,14 +64,19 @@ def test_the_sandbox_bites() -> None:
         "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('CapBnd')][0])\n"
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["wx-refused", "EAFNOSUPPORT", "-1", "EPERM",
-                                   "0000000000000000"]
+    assert done.stdout.split() == ["wx-refused", "EAFNOSUPPORT", "-1", "EPERM", "0000000000000000"]
 
 
 def test_migrate_runs_sandboxed(empty_dsn: str, tmp_path: Path) -> None:
     env = {"DATABASE_URL": empty_dsn, "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([*SANDBOXED, "-m", "brooq.cli", "migrate", "up"], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [*SANDBOXED, "-m", "brooq.cli", "migrate", "up"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     with psycopg.connect(empty_dsn) as conn:
         assert conn.execute("SELECT to_regclass('job') IS NOT NULL").fetchone() == (True,)
@@ -79,11 +84,16 @@ def test_migrate_runs_sandboxed(empty_dsn: str, tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_supervisor_does_its_whole_job_sandboxed(
-    dsn: str, pg: psycopg.Connection[Any], tmp_path: Path,
+    dsn: str,
+    pg: psycopg.Connection[Any],
+    tmp_path: Path,
 ) -> None:
     pg.execute("CREATE TABLE handled (job_id uuid NOT NULL UNIQUE)")
-    sup = SandboxedSupervisor(dsn, tmp_path, args=["--workers", "2", "--poll-interval", "200ms",
-                                                   "--graceful-timeout", "5s"])
+    sup = SandboxedSupervisor(
+        dsn,
+        tmp_path,
+        args=["--workers", "2", "--poll-interval", "200ms", "--graceful-timeout", "5s"],
+    )
     try:
         sup.start()
         sup.wait_children(2, timeout=30)
@@ -92,10 +102,15 @@ def test_a_supervisor_does_its_whole_job_sandboxed(
         done_ids = insert_jobs(pg, "work", [{"record": True}] * 20)
         timed_out = insert_jobs(pg, "hung", [{"loop": 30}])  # 1 s soft timeout: SIGALRM
         crashed = insert_jobs(pg, "poison", [{"crash": "exit1"}])  # children die, get replaced
-        wait_until(lambda: count(pg, "state = 'done'") == 20
-                   and count(pg, "id = %s AND state = 'dead'", crashed) == 1
-                   and count(pg, "id = %s AND last_error IS NOT NULL", timed_out) == 1,
-                   60, "20 done, the crashing job dead, the slow one timed out")
+        wait_until(
+            lambda: (
+                count(pg, "state = 'done'") == 20
+                and count(pg, "id = %s AND state = 'dead'", crashed) == 1
+                and count(pg, "id = %s AND last_error IS NOT NULL", timed_out) == 1
+            ),
+            60,
+            "20 done, the crashing job dead, the slow one timed out",
+        )
         assert count(pg, "state = 'done'") == 20
         assert pg.execute("SELECT count(*) FROM handled").fetchone() == (20,)
         assert {str(r[0]) for r in pg.execute("SELECT job_id FROM handled")} == set(done_ids)

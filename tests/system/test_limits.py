@@ -20,8 +20,16 @@ from tests.system.obs_helpers import http_addr, scrape
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
 
-ARGS = ("--workers", "4", "--http-addr", "127.0.0.1:0", "--poll-interval", "200ms",
-        "--graceful-timeout", "3s")
+ARGS = (
+    "--workers",
+    "4",
+    "--http-addr",
+    "127.0.0.1:0",
+    "--poll-interval",
+    "200ms",
+    "--graceful-timeout",
+    "3s",
+)
 
 
 class Sampler(threading.Thread):
@@ -38,9 +46,9 @@ class Sampler(threading.Thread):
         try:
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 while not self.halt.is_set():
-                    row = conn.execute("SELECT count(*) FROM job "
-                                       "WHERE state = 'processing' AND topic = 'report'"
-                                       ).fetchone()
+                    row = conn.execute(
+                        "SELECT count(*) FROM job WHERE state = 'processing' AND topic = 'report'"
+                    ).fetchone()
                     assert row is not None
                     self.samples.append(int(row[0]))
         except BaseException as exc:  # reported by the test
@@ -49,7 +57,8 @@ class Sampler(threading.Thread):
 
 @pytest.mark.timeout(90)
 def test_max_running_holds_across_two_supervisors(
-        dsn: str, pg: psycopg.Connection[Any], supervise: Any) -> None:
+    dsn: str, pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """2 supervisors × 4 workers, report max_running=3, 40 jobs of 0.3 s: never more than 3."""
     a = supervise(*ARGS, app="sysapp_limits:queue", name="limits-a")
     b = supervise(*ARGS, app="sysapp_limits:queue", name="limits-b")
@@ -60,8 +69,7 @@ def test_max_running_holds_across_two_supervisors(
     try:
         ids = insert_jobs(pg, "report", [{"sleep": 0.3}] * 40)
         free = insert_jobs(pg, "free", [{"sleep": 0.05}] * 20)  # unlimited, same workers
-        wait_until(lambda: count(pg, "state = 'done'") == 60, 60, "all 60 jobs done",
-                   interval=0.2)
+        wait_until(lambda: count(pg, "state = 'done'") == 60, 60, "all 60 jobs done", interval=0.2)
     finally:
         sampler.halt.set()
         sampler.join(timeout=10)
@@ -78,15 +86,17 @@ def test_max_running_holds_across_two_supervisors(
     # Both supervisors took part: the cap is global, not per supervisor.
     done_by = Counter(e["topic"] for sup in (a, b) for e in sup.events("JobDone"))
     assert done_by["report"] == 40, done_by
-    per_sup = [sum(1 for e in sup.events("JobDone") if e.get("topic") == "report")
-               for sup in (a, b)]
+    per_sup = [
+        sum(1 for e in sup.events("JobDone") if e.get("topic") == "report") for sup in (a, b)
+    ]
     assert all(n > 0 for n in per_sup), per_sup
     assert a.stop() == 0 and b.stop() == 0
 
 
 @pytest.mark.timeout(90)
 def test_two_supervisors_enqueue_a_periodic_run_once(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """Both start and try to enqueue the latest run of ``* * * * *``: one row per run,
     and each run's PeriodicEnqueued comes from exactly one of them."""
     a = supervise(*ARGS, app="sysapp_periodic:queue", name="periodic-a")
@@ -101,13 +111,16 @@ def test_two_supervisors_enqueue_a_periodic_run_once(
     def settled() -> tuple[list[str], dict[str, list[str]]] | None:
         """Rows and log events, once every row has been announced (a row is written
         just before its event; a minute boundary may add a second run meanwhile)."""
-        rows = pg.execute("SELECT idempotency_key, available_at FROM job WHERE topic = 'tick' "
-                          "ORDER BY available_at").fetchall()
+        rows = pg.execute(
+            "SELECT idempotency_key, available_at FROM job WHERE topic = 'tick' "
+            "ORDER BY available_at"
+        ).fetchall()
         assert all(k.startswith("periodic:every-minute:") for k, _ in rows), rows
         runs = [at.isoformat() for _, at in rows]
         assert len(runs) == len(set(runs)), f"a run enqueued twice: {rows}"
-        events = {sup.log_path.name: [e["run"] for e in sup.events("PeriodicEnqueued")]
-                  for sup in (a, b)}
+        events = {
+            sup.log_path.name: [e["run"] for e in sup.events("PeriodicEnqueued")] for sup in (a, b)
+        }
         logged = Counter(run for found in events.values() for run in found)
         return (runs, events) if logged == Counter(runs) else None
 
@@ -117,9 +130,14 @@ def test_two_supervisors_enqueue_a_periodic_run_once(
     first = runs[0]
     assert sum(first in found for found in events.values()) == 1, events
     # The metric agrees: the runs enqueued, summed over both supervisors, equal the rows.
-    total = sum(scrape(addr).value("brooq_periodic_enqueued_total", schedule="every-minute")
-                for addr in addrs)
+    total = sum(
+        scrape(addr).value("brooq_periodic_enqueued_total", schedule="every-minute")
+        for addr in addrs
+    )
     assert total == len(runs)
-    wait_until(lambda: count(pg, "topic = 'tick' AND state = 'done'") == len(runs), 15,
-               "the periodic job to run")
+    wait_until(
+        lambda: count(pg, "topic = 'tick' AND state = 'done'") == len(runs),
+        15,
+        "the periodic job to run",
+    )
     assert a.stop() == 0 and b.stop() == 0

@@ -47,9 +47,11 @@ TOKEN = "s3cret-token-for-tests"
 
 def scrape_until(addr: str, ok: Any, timeout: float, what: str) -> Scrape:
     """Scrape until ``ok(scrape)`` holds; that scrape."""
+
     def check() -> Scrape | None:
         page = scrape(addr)
         return page if ok(page) else None
+
     return wait_until(check, timeout, what, interval=0.2)
 
 
@@ -64,13 +66,16 @@ def sum_attempts(pg: psycopg.Connection[Any]) -> int:
 
 @pytest.mark.timeout(120)
 def test_counters_of_four_children_add_up_exactly_in_one_scrape(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     total = 1000
     sup = supervise("--workers", "4", *FAST)
     addr = http_addr(sup)
     sup.wait_children(4)
-    pg.execute("INSERT INTO job (topic, payload) SELECT 'work', 'null' "
-               "FROM generate_series(1, %s)", (total,))
+    pg.execute(
+        "INSERT INTO job (topic, payload) SELECT 'work', 'null' FROM generate_series(1, %s)",
+        (total,),
+    )
     pg.execute("SELECT pg_notify('brooq_job', 'work')")
     wait_until(lambda: count(pg, "state = 'done'") == total, 90, "1,000 jobs done")
     assert count(pg, "attempts <> 1") == 0
@@ -80,9 +85,15 @@ def test_counters_of_four_children_add_up_exactly_in_one_scrape(
     assert holders == [started["holder"]]
 
     def complete(page: Scrape) -> bool:
-        return min(page.value("brooq_settle_total", topic="work", outcome="done"),
-                   page.value("brooq_claimed_total", topic="work"),
-                   page.value("brooq_attempt_duration_seconds_count", topic="work")) >= total
+        return (
+            min(
+                page.value("brooq_settle_total", topic="work", outcome="done"),
+                page.value("brooq_claimed_total", topic="work"),
+                page.value("brooq_attempt_duration_seconds_count", topic="work"),
+            )
+            >= total
+        )
+
     page = scrape_until(addr, complete, 15, "the scrape to count 1,000")
     assert page.value("brooq_settle_total", topic="work", outcome="done") == total
     assert page.value("brooq_settle_total") == total  # no other outcome
@@ -99,7 +110,8 @@ def test_counters_of_four_children_add_up_exactly_in_one_scrape(
 
 @pytest.mark.timeout(120)
 def test_a_killed_child_s_counts_survive_its_death(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """kill -9 of a child inside a handler, after it ran many jobs: every count stays exact.
 
     (The child is killed in its handler, not at a random point: a kill between a
@@ -121,9 +133,12 @@ def test_a_killed_child_s_counts_survive_its_death(
     wait_until(lambda: count(pg, "state = 'done'") == total, 60, "every job done")
     assert job(pg, slow)["attempts"] == 2  # the killed attempt was a recorded failure
 
-    page = scrape_until(addr, lambda p: p.value("brooq_attempt_duration_seconds_count",
-                                                 topic="work") >= total,
-                        15, "the scrape to count every job")
+    page = scrape_until(
+        addr,
+        lambda p: p.value("brooq_attempt_duration_seconds_count", topic="work") >= total,
+        15,
+        "the scrape to count every job",
+    )
     assert page.value("brooq_settle_total", topic="work", outcome="done") == total
     assert page.value("brooq_settle_total", topic="work", outcome="failed") == 1
     assert page.value("brooq_claimed_total", topic="work") == total + 1 == sum_attempts(pg)
@@ -135,21 +150,29 @@ def test_a_killed_child_s_counts_survive_its_death(
 
 @pytest.mark.timeout(150)
 def test_metrics_files_stay_bounded_across_many_child_restarts(
-        pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path) -> None:
+    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path
+) -> None:
     """Each child recycles after one job: ~300 children, yet only a few files per slot."""
     total, workers = 300, 2
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
-    sup = supervise("--workers", str(workers), "--max-jobs-per-worker", "1", *FAST,
-                    env={"TMPDIR": str(tmpdir)})
+    sup = supervise(
+        "--workers", str(workers), "--max-jobs-per-worker", "1", *FAST, env={"TMPDIR": str(tmpdir)}
+    )
     addr = http_addr(sup)
     (directory,) = wait_until(lambda: list(tmpdir.glob("brooq-metrics-*")), 10, "metrics dir")
     assert stat.S_IMODE(directory.stat().st_mode) == 0o700
     insert_jobs(pg, "work", [None] * total)
     wait_until(lambda: count(pg, "state = 'done'") == total, 120, "300 jobs done")
     page = scrape_until(
-        addr, lambda p: p.value("brooq_worker_restarts_total", reason="max_jobs") >= total
-        and p.value("brooq_settle_total", outcome="done") >= total, 20, "every recycle counted")
+        addr,
+        lambda p: (
+            p.value("brooq_worker_restarts_total", reason="max_jobs") >= total
+            and p.value("brooq_settle_total", outcome="done") >= total
+        ),
+        20,
+        "every recycle counted",
+    )
     assert page.value("brooq_settle_total", topic="work", outcome="done") == total
     assert page.value("brooq_claimed_total") == total
     assert page.seconds < 1.0  # a sanity bound, not a benchmark
@@ -180,11 +203,17 @@ def test_hung_handlers_move_the_hung_counter(pg: psycopg.Connection[Any], superv
     finally:
         store.close()
     # The counter moves at the kill; the restart and the recorded failure when it is reaped.
-    page = scrape_until(addr, lambda p: p.value("brooq_hung_workers_total", topic="hung") >= 1
-                        and p.value("brooq_hung_workers_total", topic="work") >= 1
-                        and p.value("brooq_worker_restarts_total", reason="hung") >= 2
-                        and p.value("brooq_settle_total", topic="hung") >= 1,
-                        20, "both hung workers killed and reaped")
+    page = scrape_until(
+        addr,
+        lambda p: (
+            p.value("brooq_hung_workers_total", topic="hung") >= 1
+            and p.value("brooq_hung_workers_total", topic="work") >= 1
+            and p.value("brooq_worker_restarts_total", reason="hung") >= 2
+            and p.value("brooq_settle_total", topic="hung") >= 1
+        ),
+        20,
+        "both hung workers killed and reaped",
+    )
     assert page.value("brooq_hung_workers_total") == 2
     assert page.value("brooq_worker_restarts_total", reason="hung") == 2
     assert page.value("brooq_settle_total", topic="hung", outcome="failed") == 1
@@ -197,7 +226,8 @@ def test_hung_handlers_move_the_hung_counter(pg: psycopg.Connection[Any], superv
 
 @pytest.mark.timeout(90)
 def test_a_lost_lease_moves_the_lease_lost_counter(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """Someone else takes the row while it runs: the next heartbeat finds the lease lost."""
     sup = supervise("--workers", "1", "--lease", "3s", "--watchdog-grace", "2s", *FAST)
     addr = http_addr(sup)
@@ -205,8 +235,12 @@ def test_a_lost_lease_moves_the_lease_lost_counter(
     (job_id,) = insert_jobs(pg, "work", [{"loop": 30}])
     wait_until(lambda: sup.child_running(job_id), 15, "the job running")
     pg.execute("UPDATE job SET locked_by = 'someone-else' WHERE id = %s", (job_id,))
-    page = scrape_until(addr, lambda p: p.value("brooq_lease_lost_total", topic="work") >= 1,
-                        15, "the lease-lost counter")
+    page = scrape_until(
+        addr,
+        lambda p: p.value("brooq_lease_lost_total", topic="work") >= 1,
+        15,
+        "the lease-lost counter",
+    )
     assert page.value("brooq_lease_lost_total", topic="work") == 1
     sup.wait_event("LeaseLost", 10, job_id=job_id)
     # The handler honours the interrupt within its grace: nobody is killed.
@@ -221,11 +255,16 @@ def test_a_lost_lease_moves_the_lease_lost_counter(
 
 @pytest.mark.timeout(60)
 def test_depth_and_oldest_ready_age_come_from_the_database(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
-    pg.execute("INSERT INTO job (topic, payload, available_at) "
-               "VALUES ('poison', 'null', now() - interval '10 seconds')")  # nobody serves it
-    pg.execute("INSERT INTO job (topic, payload, available_at) "
-               "VALUES ('work', 'null', now() + interval '1 hour')")  # pending, not ready
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
+    pg.execute(
+        "INSERT INTO job (topic, payload, available_at) "
+        "VALUES ('poison', 'null', now() - interval '10 seconds')"
+    )  # nobody serves it
+    pg.execute(
+        "INSERT INTO job (topic, payload, available_at) "
+        "VALUES ('work', 'null', now() + interval '1 hour')"
+    )  # pending, not ready
     insert_jobs(pg, "work", [None] * 5)
     sup = supervise("--workers", "1", "--topics", "work", *FAST)
     addr = http_addr(sup)
@@ -238,8 +277,11 @@ def test_depth_and_oldest_ready_age_come_from_the_database(
     assert page.value("brooq_ready_oldest_age_seconds", topic="work") == 0  # none ready
     assert page.value("brooq_ready_oldest_age_seconds", topic="hung") == 0  # no jobs at all
     assert 10 <= page.value("brooq_ready_oldest_age_seconds", topic="poison") < 60
-    assert {s.labels["topic"] for s in page.matching("brooq_ready_oldest_age_seconds")} == \
-        {"work", "poison", "hung"}
+    assert {s.labels["topic"] for s in page.matching("brooq_ready_oldest_age_seconds")} == {
+        "work",
+        "poison",
+        "hung",
+    }
     assert sup.stop() == 0
 
 
@@ -259,8 +301,11 @@ def test_healthz_follows_a_database_outage(tmp_path: Path) -> None:
             sup.wait_children(2)
             wait_until(lambda: healthz(addr)[0] == 200, 15, "/healthz 200")
             cluster.run("stop")
-            _, reason = wait_until(lambda: (h := healthz(addr))[0] == 503 and h, 20,
-                                   "/healthz 503 while PostgreSQL is down")
+            _, reason = wait_until(
+                lambda: (h := healthz(addr))[0] == 503 and h,
+                20,
+                "/healthz 503 while PostgreSQL is down",
+            )
             assert reason == "database unavailable"  # the details go to the log only
             assert scrape(addr).value("brooq_workers") == 2  # /metrics still answers
             cluster.run("up")
@@ -288,8 +333,12 @@ def test_job_endpoints_need_the_bearer_token(pg: psycopg.Connection[Any], superv
     status, row = request_json(base, token=TOKEN)
     assert status == 200
     assert row["id"] == job_id and row["state"] == "pending" and row["payload"] == {"n": 1}
-    assert request(f"http://{http_addr(guarded)}/jobs/00000000-0000-0000-0000-000000000000",
-                   token=TOKEN)[0] == 404
+    assert (
+        request(
+            f"http://{http_addr(guarded)}/jobs/00000000-0000-0000-0000-000000000000", token=TOKEN
+        )[0]
+        == 404
+    )
     assert job(pg, job_id)["state"] == "pending"  # refused calls changed nothing
     status, body = request_json(f"{base}/cancel", "POST", token=TOKEN)
     assert status == 200 and body["canceled"] is True and body["state"] == "canceled"
@@ -307,14 +356,21 @@ def test_job_endpoints_need_the_bearer_token(pg: psycopg.Connection[Any], superv
 
 @pytest.mark.timeout(60)
 def test_a_non_loopback_address_needs_the_explicit_flag(dsn: str, tmp_path: Path) -> None:
-    done = run_cli(dsn, tmp_path, "supervise", "--app", "sysapp:queue",
-                   "--http-addr", "0.0.0.0:0")
+    done = run_cli(dsn, tmp_path, "supervise", "--app", "sysapp:queue", "--http-addr", "0.0.0.0:0")
     assert done.returncode == 2, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("brooq: error:")]
     assert len(lines) == 1 and "not loopback" in lines[0] and "--http-allow-remote" in lines[0]
     assert "WorkerStarted" not in done.stderr
-    done = run_cli(dsn, tmp_path, "supervise", "--app", "sysapp:queue",
-                   "--http-addr", "0.0.0.0:0", "--http-allow-remote")
+    done = run_cli(
+        dsn,
+        tmp_path,
+        "supervise",
+        "--app",
+        "sysapp:queue",
+        "--http-addr",
+        "0.0.0.0:0",
+        "--http-allow-remote",
+    )
     assert done.returncode == 2 and "BROOQ_TOKEN" in done.stderr
 
 
@@ -335,18 +391,23 @@ class FlagLogSupervisor(Supervisor):
 
 
 @pytest.mark.timeout(90)
-def test_json_log_lines_name_their_events(dsn: str, pg: psycopg.Connection[Any],
-                                          tmp_path: Path) -> None:
-    sup = FlagLogSupervisor(dsn, tmp_path, args=["--workers", "2", *FAST], env=QUICK_RETRY,
-                            name="logs")
+def test_json_log_lines_name_their_events(
+    dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    sup = FlagLogSupervisor(
+        dsn, tmp_path, args=["--workers", "2", *FAST], env=QUICK_RETRY, name="logs"
+    )
     sup.start()
     try:
         sup.wait_children(2)
         (ok,) = insert_jobs(pg, "work", [None])
         (poison,) = insert_jobs(pg, "poison", [{"crash": "exit1"}])
         (hung,) = insert_jobs(pg, "hung", [{"hang": True}])
-        wait_until(lambda: job(pg, poison)["state"] == "dead"
-                   and job(pg, hung)["state"] == "failed", 40, "poison dead, hung failed")
+        wait_until(
+            lambda: job(pg, poison)["state"] == "dead" and job(pg, hung)["state"] == "failed",
+            40,
+            "poison dead, hung failed",
+        )
         assert job(pg, ok)["state"] == "done"
         sup.wait_children(2)
         assert sup.stop() == 0
@@ -358,8 +419,11 @@ def test_json_log_lines_name_their_events(dsn: str, pg: psycopg.Connection[Any],
     assert all(isinstance(r, dict) and r.get("event") for r in records)
 
     def named(name: str, **fields: Any) -> list[dict[str, Any]]:
-        return [r for r in records if r["event"] == name
-                and all(r.get(k) == v for k, v in fields.items())]
+        return [
+            r
+            for r in records
+            if r["event"] == name and all(r.get(k) == v for k, v in fields.items())
+        ]
 
     assert named("JobClaimed", job_id=ok) and named("JobDone", job_id=ok, topic="work")
     assert len(named("JobClaimed", job_id=poison)) == 3
@@ -371,7 +435,8 @@ def test_json_log_lines_name_their_events(dsn: str, pg: psycopg.Connection[Any],
     exits = [r["reason"] for r in named("WorkerExited")]
     assert exits.count("crash") == 3 and exits.count("hung") == 1
     assert len(named("WorkerStarted")) == 2 + 3 + 1  # first two, then one per replacement
-    assert {"SupervisorStarted", "SupervisorStopping", "SupervisorExited"} <= \
-        {r["event"] for r in records}
+    assert {"SupervisorStarted", "SupervisorStopping", "SupervisorExited"} <= {
+        r["event"] for r in records
+    }
     assert states(pg) == {"done": 1, "dead": 1, "failed": 1}
     assert all_terminal(pg) is False  # the hung job waits for its retry

@@ -30,25 +30,55 @@ pytestmark = [pytest.mark.system, pytest.mark.db]
 ROOT = Path(__file__).resolve().parents[2]
 MIGRATIONS = ROOT / "brooq" / "postgres" / "migrations"
 NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", ".pgdata", "*.egg-info", "build", "dist", "__pycache__", ".mypy_cache",
-    ".ruff_cache", ".pytest_cache", ".hypothesis", ".env",
+    ".git",
+    ".venv",
+    ".pgdata",
+    "*.egg-info",
+    "build",
+    "dist",
+    "__pycache__",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
+    ".env",
 )
 _SCRUBBED_PREFIXES = ("QUEUE_", "BROOQ_", "LOG_", "WATCHDOG_")
-_SCRUBBED = {"DATABASE_URL", "HTTP_ADDR", "CREDENTIALS_DIRECTORY", "PYTHONPATH", "PYTHONHOME",
-             "VIRTUAL_ENV", "NOTIFY_SOCKET"}
+_SCRUBBED = {
+    "DATABASE_URL",
+    "HTTP_ADDR",
+    "CREDENTIALS_DIRECTORY",
+    "PYTHONPATH",
+    "PYTHONHOME",
+    "VIRTUAL_ENV",
+    "NOTIFY_SOCKET",
+}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)
+    }
     env.update(extra)
     return env
 
 
-def run(*cmd: str | Path, cwd: Path, timeout: float, env: dict[str, str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env or clean_env(),
-                          capture_output=True, text=True, timeout=timeout)
+def run(
+    *cmd: str | Path,
+    cwd: Path,
+    timeout: float,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [str(c) for c in cmd],
+        cwd=cwd,
+        env=env or clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert done.returncode == 0, f"{cmd} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     return done
 
@@ -72,8 +102,15 @@ def venv(dist: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("venv") / "venv"
     run(sys.executable, "-m", "venv", path, cwd=path.parent, timeout=120)
     wheel = next(dist.glob("brooq-*.whl"))
-    run(path / "bin" / "pip", "install", "--disable-pip-version-check", "-q", wheel,
-        cwd=path.parent, timeout=300)
+    run(
+        path / "bin" / "pip",
+        "install",
+        "--disable-pip-version-check",
+        "-q",
+        wheel,
+        cwd=path.parent,
+        timeout=300,
+    )
     return path
 
 
@@ -85,8 +122,7 @@ def test_the_wheel_carries_the_sql_and_the_version(dist: Path) -> None:
     wheel = next(dist.glob("brooq-*.whl"))
     assert wheel.name.startswith(f"brooq-{__version__}-")
     names = set(zipfile.ZipFile(wheel).namelist())
-    migrations = {n.rsplit("/", 1)[1] for n in names
-                  if n.startswith("brooq/postgres/migrations/")}
+    migrations = {n.rsplit("/", 1)[1] for n in names if n.startswith("brooq/postgres/migrations/")}
     assert migrations == shipped_sql() and migrations
     assert "brooq/postgres/queries.sql" in names
     assert not any(n.startswith(("tests/", "migrations/")) for n in names)
@@ -102,11 +138,20 @@ def test_the_sdist_carries_everything_needed_to_build_test_and_deploy(dist: Path
     prefix = f"brooq-{__version__}/"
     with tarfile.open(sdist) as tar:
         names = {n.removeprefix(prefix) for n in tar.getnames()}
-    for needed in ("pyproject.toml", "README.md", "CHANGELOG.md", ".env.example",
-                   "brooq/postgres/queries.sql", "systemd/brooq.service",
-                   "systemd/brooq-migrate.service", "docs/operations.md",
-                   "docs/architecture.md", "tests/conftest.py", "scripts/pg.sh",
-                   "monitoring/prometheus/brooq-alerts.yml"):
+    for needed in (
+        "pyproject.toml",
+        "README.md",
+        "CHANGELOG.md",
+        ".env.example",
+        "brooq/postgres/queries.sql",
+        "systemd/brooq.service",
+        "systemd/brooq-migrate.service",
+        "docs/operations.md",
+        "docs/architecture.md",
+        "tests/conftest.py",
+        "scripts/pg.sh",
+        "monitoring/prometheus/brooq-alerts.yml",
+    ):
         assert needed in names, needed
     assert {f"brooq/postgres/migrations/{n}" for n in shipped_sql()} <= names
     assert not any("__pycache__" in n for n in names)
@@ -117,10 +162,26 @@ def supervisor(venv: Path, app_dir: Path, dsn: str, log: Path) -> Iterator[subpr
     """``brooq supervise`` from the venv, in its own session; always gone afterwards."""
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(venv / "bin" / "brooq"), "supervise", "--app", "tinyapp:queue", "--workers", "1",
-             "--http-addr", "127.0.0.1:0", "--poll-interval", "200ms", "--graceful-timeout", "5s"],
-            cwd=app_dir, env=clean_env(DATABASE_URL=dsn), stdin=subprocess.DEVNULL,
-            stdout=out, stderr=out, start_new_session=True,
+            [
+                str(venv / "bin" / "brooq"),
+                "supervise",
+                "--app",
+                "tinyapp:queue",
+                "--workers",
+                "1",
+                "--http-addr",
+                "127.0.0.1:0",
+                "--poll-interval",
+                "200ms",
+                "--graceful-timeout",
+                "5s",
+            ],
+            cwd=app_dir,
+            env=clean_env(DATABASE_URL=dsn),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
         )
     try:
         yield proc
@@ -144,12 +205,19 @@ def wait_state(dsn: str, job_id: str, state: str, timeout: float) -> None:
 
 @pytest.mark.timeout(240)
 def test_the_installed_wheel_migrates_and_runs_a_job(
-    venv: Path, empty_dsn: str, tmp_path: Path,
+    venv: Path,
+    empty_dsn: str,
+    tmp_path: Path,
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    where = run(venv / "bin" / "python", "-c", "import brooq; print(brooq.__file__)",
-                cwd=outside, timeout=30).stdout.strip()
+    where = run(
+        venv / "bin" / "python",
+        "-c",
+        "import brooq; print(brooq.__file__)",
+        cwd=outside,
+        timeout=30,
+    ).stdout.strip()
     assert where.startswith(str(venv)), f"brooq imported from {where}, not from the venv"
     brooq = venv / "bin" / "brooq"
     env = clean_env(DATABASE_URL=empty_dsn)
@@ -162,7 +230,8 @@ def test_the_installed_wheel_migrates_and_runs_a_job(
 
     app_dir = tmp_path / "app"
     app_dir.mkdir()
-    (app_dir / "tinyapp.py").write_text(textwrap.dedent("""\
+    (app_dir / "tinyapp.py").write_text(
+        textwrap.dedent("""\
         import os
         import brooq
 
@@ -171,11 +240,21 @@ def test_the_installed_wheel_migrates_and_runs_a_job(
         @queue.kind("hello")
         def hello(claim: brooq.Claim) -> None:
             print("hello", claim.payload["name"], flush=True)
-    """))
+    """)
+    )
     log = tmp_path / "supervisor.log"
     with supervisor(venv, app_dir, empty_dsn, log) as proc:
-        enqueued = run(brooq, "enqueue", "--topic", "hello", "--payload", '{"name": "wheel"}',
-                       cwd=outside, env=env, timeout=60).stdout
+        enqueued = run(
+            brooq,
+            "enqueue",
+            "--topic",
+            "hello",
+            "--payload",
+            '{"name": "wheel"}',
+            cwd=outside,
+            env=env,
+            timeout=60,
+        ).stdout
         job_id = json.loads(enqueued)["id"]
         try:
             wait_state(empty_dsn, job_id, "done", timeout=30)

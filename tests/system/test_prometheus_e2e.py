@@ -34,15 +34,36 @@ ALERTS = ROOT / "monitoring" / "prometheus" / "brooq-alerts.yml"
 DASHBOARD = ROOT / "monitoring" / "grafana" / "brooq-dashboard.json"
 FAST = ("--poll-interval", "200ms", "--graceful-timeout", "3s")
 TOPICS = ("hung", "poison", "work")  # the kinds apps/sysapp.py registers
-REASONS = ("crash", "hung", "max_execution", "lease_ending", "broken", "max_jobs", "max_memory",
-           "reload")
-PER_TOPIC = ("brooq_ready_oldest_age_seconds", "brooq_claimed_total",
-             "brooq_attempt_duration_seconds_count", "brooq_attempt_duration_seconds_sum",
-             "brooq_worker_busy", "brooq_hung_workers_total", "brooq_lease_lost_total",
-             "brooq_requeued_total", "brooq_retention_deleted_total")
+REASONS = (
+    "crash",
+    "hung",
+    "max_execution",
+    "lease_ending",
+    "broken",
+    "max_jobs",
+    "max_memory",
+    "reload",
+)
+PER_TOPIC = (
+    "brooq_ready_oldest_age_seconds",
+    "brooq_claimed_total",
+    "brooq_attempt_duration_seconds_count",
+    "brooq_attempt_duration_seconds_sum",
+    "brooq_worker_busy",
+    "brooq_hung_workers_total",
+    "brooq_lease_lost_total",
+    "brooq_requeued_total",
+    "brooq_retention_deleted_total",
+)
 # Panels that must show data once jobs ran (the others read counters still at zero or absent).
-PANELS_WITH_DATA = {"Oldest ready job age (SLO)", "Queue depth by state", "Outcomes per second",
-                    "Busy worker slots", "Mean attempt duration", "p95 attempt duration"}
+PANELS_WITH_DATA = {
+    "Oldest ready job age (SLO)",
+    "Queue depth by state",
+    "Outcomes per second",
+    "Busy worker slots",
+    "Mean attempt duration",
+    "p95 attempt duration",
+}
 
 
 def prometheus_config(target: str, path: Path) -> Path:
@@ -64,9 +85,19 @@ def prometheus(workdir: Path, target: str) -> Iterator[str]:
     config = prometheus_config(target, workdir / "prometheus.yml")
     log = open(workdir / "prometheus.log", "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [binary, f"--config.file={config}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=1h"],
-        cwd=workdir, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--storage.tsdb.retention.time=1h",
+        ],
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         wait_until(lambda: ready(base) or proc.poll() is not None, 30, "Prometheus ready")
@@ -106,8 +137,13 @@ def scalar_sum(base: str, promql: str) -> float | None:
 def dashboard_queries() -> dict[str, list[str]]:
     """Every panel's expressions, with the dashboard variables filled in."""
     board = json.loads(DASHBOARD.read_text())
-    return {p["title"]: [t["expr"].replace("$__rate_interval", "15s").replace("$topic", ".*")
-                         for t in p["targets"]] for p in board["panels"]}
+    return {
+        p["title"]: [
+            t["expr"].replace("$__rate_interval", "15s").replace("$topic", ".*")
+            for t in p["targets"]
+        ]
+        for p in board["panels"]
+    }
 
 
 def missing_at_start(page: Scrape) -> list[str]:
@@ -120,8 +156,11 @@ def missing_at_start(page: Scrape) -> list[str]:
         wanted += [("brooq_settle_total", {"topic": topic, "outcome": o}) for o in OUTCOMES]
     wanted += [("brooq_worker_restarts_total", {"reason": r}) for r in REASONS]
     missing = [f"{name}{labels}" for name, labels in wanted if not page.matching(name, **labels)]
-    nonzero = [f"{name}{labels}" for name, labels in wanted
-               if name != "brooq_workers" and page.value(name, **labels) != 0]
+    nonzero = [
+        f"{name}{labels}"
+        for name, labels in wanted
+        if name != "brooq_workers" and page.value(name, **labels) != 0
+    ]
     return missing + [f"{n} is not 0" for n in nonzero]
 
 
@@ -134,7 +173,8 @@ def rules_health(base: str) -> dict[str, str]:
 
 @pytest.mark.timeout(120)
 def test_prometheus_scrapes_the_supervisor_and_runs_rules_and_dashboard(
-        pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path) -> None:
+    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path
+) -> None:
     total = 200
     sup = supervise("--workers", "2", *FAST)
     target = http_addr(sup)
@@ -144,12 +184,19 @@ def test_prometheus_scrapes_the_supervisor_and_runs_rules_and_dashboard(
     assert missing_at_start(scrape(target)) == []
     sup.wait_children(2)
     with prometheus(tmp_path, target) as base:
-        for name, n in [("brooq_hung_workers_total", 3), ("brooq_lease_lost_total", 3),
-                        ("brooq_requeued_total", 3), ("brooq_retention_deleted_total", 3),
-                        ("brooq_worker_restarts_total", len(REASONS))]:
+        for name, n in [
+            ("brooq_hung_workers_total", 3),
+            ("brooq_lease_lost_total", 3),
+            ("brooq_requeued_total", 3),
+            ("brooq_retention_deleted_total", 3),
+            ("brooq_worker_restarts_total", len(REASONS)),
+        ]:
             zeros = f"count({name} == 0)"
-            wait_until(lambda: scalar_sum(base, zeros) == n,  # noqa: B023 (waited for here)
-                       20, f"Prometheus to see {n} series of {name} at 0")
+            wait_until(
+                lambda: scalar_sum(base, zeros) == n,  # noqa: B023 (waited for here)
+                20,
+                f"Prometheus to see {n} series of {name} at 0",
+            )
         insert_jobs(pg, "work", [None] * total)
         wait_until(lambda: count(pg, "state = 'done'") == total, 60, "200 jobs done")
         done = 'sum(brooq_settle_total{outcome="done"})'
@@ -160,10 +207,19 @@ def test_prometheus_scrapes_the_supervisor_and_runs_rules_and_dashboard(
         wait_until(lambda: scalar_sum(base, jobs_done) == total, 15, "the gauges to follow")
         assert scalar_sum(base, "sum(brooq_claimed_total)") == total
 
-        health = wait_until(lambda: (h := rules_health(base)) and "unknown" not in h.values()
-                            and h, 20, "every rule evaluated")
-        assert set(health) == {"BrooqQueueStalled", "BrooqJobsDying", "BrooqHungHandlers",
-                               "BrooqLeasesLost", "BrooqWorkersRestarting", "BrooqTargetDown"}
+        health = wait_until(
+            lambda: (h := rules_health(base)) and "unknown" not in h.values() and h,
+            20,
+            "every rule evaluated",
+        )
+        assert set(health) == {
+            "BrooqQueueStalled",
+            "BrooqJobsDying",
+            "BrooqHungHandlers",
+            "BrooqLeasesLost",
+            "BrooqWorkersRestarting",
+            "BrooqTargetDown",
+        }
         assert set(health.values()) == {"ok"}, health
 
         # Every panel's query is valid PromQL; the main ones show data once rate() has
@@ -174,6 +230,6 @@ def test_prometheus_scrapes_the_supervisor_and_runs_rules_and_dashboard(
                 if not any([query(base, e)["result"] for e in exprs]):
                     empty.add(title)
             return empty & PANELS_WITH_DATA
-        wait_until(lambda: not panels_without_data(), 20, "data in every main panel",
-                   interval=0.5)
+
+        wait_until(lambda: not panels_without_data(), 20, "data in every main panel", interval=0.5)
     assert sup.stop() == 0

@@ -14,7 +14,8 @@ from tests.system.harness import alive, count, insert_jobs, job, wait_until
 
 @pytest.mark.timeout(60)
 def test_sigquit_stops_at_once_and_returns_running_jobs_uncharged(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     sup = supervise("--workers", "2", "--poll-interval", "200ms", "--graceful-timeout", "30s")
     sup.wait_children(2)
     running = insert_jobs(pg, "work", [{"sleep": 30}, {"sleep": 30}])

@@ -48,10 +48,21 @@ def timed_healthz(host: str, port: int) -> tuple[float, int | str]:
 
 @pytest.mark.timeout(180)
 def test_slow_clients_cannot_stall_the_supervisor(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     port = free_port()
-    sup = supervise("--workers", "4", "--lease", "4s", "--http-addr", f"127.0.0.1:{port}",
-                    "--poll-interval", "200ms", "--graceful-timeout", "1s")
+    sup = supervise(
+        "--workers",
+        "4",
+        "--lease",
+        "4s",
+        "--http-addr",
+        f"127.0.0.1:{port}",
+        "--poll-interval",
+        "200ms",
+        "--graceful-timeout",
+        "1s",
+    )
     sup.wait_children(4)
     wait_until(lambda: timed_healthz("127.0.0.1", port)[1] == 200, 15, "/healthz 200")
 
@@ -102,11 +113,15 @@ def test_slow_clients_cannot_stall_the_supervisor(
         problems.append(f"leases lost: {lost[:4]}")
     cut = sorted(attack.stats.cut_after)
     if not cut or cut[len(cut) // 2] > 1.5:  # the server cut the trickling clients off
-        problems.append(f"slow clients not cut off: median of {len(cut)} connections "
-                        f"{cut[len(cut) // 2] if cut else None}")
-    summary = (f"SIGTERM to exit {stop_s:.2f}s; {len(polls)} polls, slowest "
-               f"{max(p[1] for p in polls):.3f}s; {attack.stats.connections} slow connections, "
-               f"median cut after {cut[len(cut) // 2] if cut else None}")
+        problems.append(
+            f"slow clients not cut off: median of {len(cut)} connections "
+            f"{cut[len(cut) // 2] if cut else None}"
+        )
+    summary = (
+        f"SIGTERM to exit {stop_s:.2f}s; {len(polls)} polls, slowest "
+        f"{max(p[1] for p in polls):.3f}s; {attack.stats.connections} slow connections, "
+        f"median cut after {cut[len(cut) // 2] if cut else None}"
+    )
     print(summary)  # shown with -s, and in the report of a failure
     assert not problems, "\n".join([*problems, summary])
     assert len(polls) >= 40 and count(pg, "state = 'done'") >= 200
@@ -114,7 +129,8 @@ def test_slow_clients_cannot_stall_the_supervisor(
 
 @pytest.mark.timeout(90)
 def test_a_cold_scrape_of_a_table_nobody_can_read_does_not_hang(
-        dsn: str, pg: psycopg.Connection[Any], supervise: Any) -> None:
+    dsn: str, pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """The database gauges run under a statement timeout, on the surface's own connection."""
     sup = supervise("--workers", "1", "--poll-interval", "200ms", "--graceful-timeout", "1s")
     addr = http_addr(sup)
@@ -130,6 +146,7 @@ def test_a_cold_scrape_of_a_table_nobody_can_read_does_not_hang(
     assert "brooq_jobs" not in page.names() and page.value("brooq_workers") == 1
     assert status == 200 and seconds < 1.0
     insert_jobs(pg, "work", [None])
-    page = wait_until(lambda: (p := scrape(addr)).value("brooq_jobs") >= 1 and p, 15,
-                      "the gauges back")
+    page = wait_until(
+        lambda: (p := scrape(addr)).value("brooq_jobs") >= 1 and p, 15, "the gauges back"
+    )
     assert sup.stop() == 0

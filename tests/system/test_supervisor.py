@@ -46,12 +46,16 @@ def handled_ids(pg: psycopg.Connection[Any]) -> list[str]:
 
 @pytest.mark.timeout(120)
 def test_four_workers_drain_5000_jobs_each_once(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """5,000 jobs, 4 processes: each job done once, attempts = 1, one settle-tx row each."""
     create_handled(pg)
     total = 5000
-    pg.execute("INSERT INTO job (topic, payload) "
-               "SELECT 'work', '{\"record\": true}'::jsonb FROM generate_series(1, %s)", (total,))
+    pg.execute(
+        "INSERT INTO job (topic, payload) "
+        "SELECT 'work', '{\"record\": true}'::jsonb FROM generate_series(1, %s)",
+        (total,),
+    )
     sup = supervise("--workers", "4", *FAST)
     sup.wait_children(4)
     wait_until(lambda: count(pg, "state = 'done'") == total, 90, "5,000 jobs done")
@@ -68,7 +72,8 @@ def test_four_workers_drain_5000_jobs_each_once(
 
 @pytest.mark.timeout(90)
 def test_kill_9_of_a_child_mid_job_is_a_recorded_failure_and_the_slot_restarts(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     sup = supervise("--workers", "4", *FAST)
     first = sup.wait_children(4)
     (victim,) = insert_jobs(pg, "work", [{"sleep_first": 3}])
@@ -78,8 +83,11 @@ def test_kill_9_of_a_child_mid_job_is_a_recorded_failure_and_the_slot_restarts(
     others = insert_jobs(pg, "work", [{"sleep": 0.2}] * 12)
     os.kill(pid, signal.SIGKILL)
 
-    failed = wait_until(lambda: (r := job(pg, victim))["state"] == "failed" and r, 5,
-                        "the killed attempt to be recorded failed")
+    failed = wait_until(
+        lambda: (r := job(pg, victim))["state"] == "failed" and r,
+        5,
+        "the killed attempt to be recorded failed",
+    )
     assert failed["attempts"] == 1
     assert "SIGKILL" in failed["last_error"]
     replaced = sup.wait_children(4, exclude=[pid])
@@ -98,7 +106,8 @@ def test_kill_9_of_a_child_mid_job_is_a_recorded_failure_and_the_slot_restarts(
 
 @pytest.mark.timeout(60)
 def test_poison_job_that_exits_the_process_goes_dead_after_max_attempts(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     sup = supervise("--workers", "2", *FAST)
     sup.wait_children(2)
     (poison,) = insert_jobs(pg, "poison", [{"crash": "exit1"}])
@@ -118,7 +127,8 @@ def test_poison_job_that_exits_the_process_goes_dead_after_max_attempts(
 
 @pytest.mark.timeout(60)
 def test_handler_ignoring_every_interrupt_is_killed_after_the_grace(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """attempt_timeout 1s + watchdog_grace 1s: SIGKILL about 2 s after the claim."""
     sup = supervise("--workers", "2", *FAST)
     sup.wait_children(2)
@@ -133,8 +143,9 @@ def test_handler_ignoring_every_interrupt_is_killed_after_the_grace(
     assert killed["job_id"] == hung
     assert 1.0 <= waited <= 5.0, waited
     wait_until(lambda: not alive(pid), 5, "the hung child to be gone")
-    row = wait_until(lambda: (r := job(pg, hung))["state"] != "processing" and r, 5,
-                     "the failure to be recorded")
+    row = wait_until(
+        lambda: (r := job(pg, hung))["state"] != "processing" and r, 5, "the failure to be recorded"
+    )
     assert row["state"] == "failed" and row["attempts"] == 1
     assert "timed out" in row["last_error"] and "killed" in row["last_error"]
     assert "SIGKILL" in row["last_error"]
@@ -145,7 +156,8 @@ def test_handler_ignoring_every_interrupt_is_killed_after_the_grace(
 
 @pytest.mark.timeout(90)
 def test_kill_9_of_the_supervisor_then_a_new_one_finishes_every_job_uncharged(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """Children die with their parent; the lease expires; the reaper charges no attempt."""
     args = ("--workers", "4", "--lease", "3s", *FAST)
     first = supervise(*args, name="first")
@@ -179,7 +191,8 @@ def test_kill_9_of_the_supervisor_then_a_new_one_finishes_every_job_uncharged(
 
 @pytest.mark.timeout(60)
 def test_cancel_of_a_running_job_interrupts_the_handler_through_notify(
-        pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path, dsn: str) -> None:
+    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path, dsn: str
+) -> None:
     create_handled(pg)
     # A long lease: a heartbeat (every lease/3) cannot be what interrupts the handler.
     sup = supervise("--workers", "2", "--lease", "60s", *FAST)
@@ -213,7 +226,8 @@ def test_cancel_of_a_running_job_interrupts_the_handler_through_notify(
 
 @pytest.mark.timeout(60)
 def test_sigterm_lets_a_short_job_finish_and_exits_0(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     sup = supervise("--workers", "2", "--poll-interval", "200ms", "--graceful-timeout", "10s")
     sup.wait_children(2)
     (short,) = insert_jobs(pg, "work", [{"sleep": 2}])
@@ -229,7 +243,8 @@ def test_sigterm_lets_a_short_job_finish_and_exits_0(
 
 @pytest.mark.timeout(60)
 def test_sigterm_past_the_graceful_timeout_returns_the_job_uncharged(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     sup = supervise("--workers", "2", "--poll-interval", "200ms", "--graceful-timeout", "1s")
     sup.wait_children(2)
     (long_job,) = insert_jobs(pg, "work", [{"sleep": 30}])
@@ -248,15 +263,15 @@ def test_sigterm_past_the_graceful_timeout_returns_the_job_uncharged(
 
 @pytest.mark.timeout(90)
 def test_a_leaking_worker_is_recycled_above_max_memory(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     """50 MiB leaked per job, limit 150 MiB: replaced between jobs, no job lost or charged twice.
 
     A short lease bounds the test: a job claimed by a worker that then leaves
     without running it comes back only through the reaper, with attempts = 2.
     """
     limit, leak = 150 * MIB, 50 * MIB
-    sup = supervise("--workers", "2", "--max-memory-per-worker", "150MiB", "--lease", "4s",
-                    *FAST)
+    sup = supervise("--workers", "2", "--max-memory-per-worker", "150MiB", "--lease", "4s", *FAST)
     sup.wait_children(2)
     ids = insert_jobs(pg, "work", [{"leak_mib": 50, "sleep": 0.2}] * 12)
     peak = 0
@@ -265,8 +280,12 @@ def test_a_leaking_worker_is_recycled_above_max_memory(
         peak = max([peak] + [rss_bytes(p) for p in sup.children()])
         time.sleep(0.02)
     assert all_terminal(pg), f"the jobs did not finish in 40 s: {states(pg)}"
-    twice = [r for r in pg.execute(
-        "SELECT id::text, state, attempts, locked_by FROM job WHERE attempts <> 1")]
+    twice = [
+        r
+        for r in pg.execute(
+            "SELECT id::text, state, attempts, locked_by FROM job WHERE attempts <> 1"
+        )
+    ]
     assert twice == [], "jobs claimed by a worker that left to be recycled without running them"
     assert count(pg, "id = ANY(%s) AND state = 'done'", [ids]) == 12
     recycled = [e for e in sup.events("WorkerExited") if e["reason"] == "max_memory"]
@@ -293,7 +312,8 @@ def test_workers_are_recycled_after_max_jobs(pg: psycopg.Connection[Any], superv
 
 @pytest.mark.timeout(90)
 def test_ttin_ttou_change_the_count_and_hup_replaces_every_child(
-        pg: psycopg.Connection[Any], supervise: Any) -> None:
+    pg: psycopg.Connection[Any], supervise: Any
+) -> None:
     sup = supervise("--workers", "2", *FAST)
     two = sup.wait_children(2)
     sup.send(signal.SIGTTIN)
@@ -311,8 +331,11 @@ def test_ttin_ttou_change_the_count_and_hup_replaces_every_child(
     old = sup.children()
     assert count(pg, "state = 'pending'") > 50  # the reload happens while jobs run
     sup.send(signal.SIGHUP)
-    new = wait_until(lambda: (p := sup.children()) and len(p) == 3 and not set(p) & set(old)
-                     and p, 20, "every child to be replaced")
+    new = wait_until(
+        lambda: (p := sup.children()) and len(p) == 3 and not set(p) & set(old) and p,
+        20,
+        "every child to be replaced",
+    )
     assert len(new) == 3
     wait_until(lambda: all_terminal(pg), 30, "200 jobs")
     assert count(pg, "id = ANY(%s) AND state = 'done' AND attempts = 1", [ids]) == 200
@@ -325,7 +348,8 @@ def test_ttin_ttou_change_the_count_and_hup_replaces_every_child(
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("app", ["sysapp_broken:queue", "sysapp_missing:queue"])
 def test_an_app_that_fails_to_import_exits_2_with_one_clear_line(
-        dsn: str, tmp_path: Path, app: str) -> None:
+    dsn: str, tmp_path: Path, app: str
+) -> None:
     done = run_cli(dsn, tmp_path, "supervise", "--app", app, "--workers", "2")
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

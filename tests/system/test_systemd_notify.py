@@ -92,11 +92,18 @@ def no_watchdog_pid(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.timeout(90)
 @pytest.mark.usefixtures("no_watchdog_pid")
 def test_ready_after_the_workers_run_watchdog_while_alive_stopping_on_sigterm(
-    supervise: Callable[..., Supervisor], notify_socket: NotifySocket,
+    supervise: Callable[..., Supervisor],
+    notify_socket: NotifySocket,
 ) -> None:
     sup = supervise(
-        "--workers", "2", "--http-addr", "127.0.0.1:0", "--poll-interval", "200ms",
-        "--graceful-timeout", "5s",
+        "--workers",
+        "2",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--poll-interval",
+        "200ms",
+        "--graceful-timeout",
+        "5s",
         env={"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": str(WATCHDOG_USEC)},
     )
 
@@ -127,12 +134,18 @@ def test_ready_after_the_workers_run_watchdog_while_alive_stopping_on_sigterm(
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_watchdog_pid")
 def test_watchdog_pets_come_within_the_period_systemd_enforces(
-    supervise: Callable[..., Supervisor], notify_socket: NotifySocket,
+    supervise: Callable[..., Supervisor],
+    notify_socket: NotifySocket,
 ) -> None:
     """systemd kills a unit that does not pet within WATCHDOG_USEC: no gap may reach it."""
     usec = 3_000_000
     sup = supervise(
-        "--workers", "1", "--http-addr", "127.0.0.1:0", "--graceful-timeout", "5s",
+        "--workers",
+        "1",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--graceful-timeout",
+        "5s",
         env={"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": str(usec)},
     )
     notify_socket.wait_for("READY", timeout=30, sup=sup)
@@ -147,13 +160,22 @@ def test_watchdog_pets_come_within_the_period_systemd_enforces(
 @pytest.mark.timeout(60)
 @pytest.mark.usefixtures("no_watchdog_pid")
 def test_no_watchdog_pets_when_systemd_watches_another_pid(
-    supervise: Callable[..., Supervisor], notify_socket: NotifySocket,
+    supervise: Callable[..., Supervisor],
+    notify_socket: NotifySocket,
 ) -> None:
     """WATCHDOG_PID names the process systemd watches; any other process must not pet."""
     sup = supervise(
-        "--workers", "1", "--http-addr", "127.0.0.1:0", "--graceful-timeout", "5s",
-        env={"NOTIFY_SOCKET": str(notify_socket.path), "WATCHDOG_USEC": str(WATCHDOG_USEC),
-             "WATCHDOG_PID": "1"},
+        "--workers",
+        "1",
+        "--http-addr",
+        "127.0.0.1:0",
+        "--graceful-timeout",
+        "5s",
+        env={
+            "NOTIFY_SOCKET": str(notify_socket.path),
+            "WATCHDOG_USEC": str(WATCHDOG_USEC),
+            "WATCHDOG_PID": "1",
+        },
     )
     notify_socket.wait_for("READY", timeout=30, sup=sup)
     deadline = time.monotonic() + 2.5  # five pet periods

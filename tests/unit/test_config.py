@@ -240,10 +240,19 @@ def test_cross_checks() -> None:
     load({"QUEUE_ATTEMPT_TIMEOUT": "5m", "QUEUE_BACKOFF_BASE": "1m"})  # equal is fine
 
 
-DURATION_KEYS = ["QUEUE_POLL_INTERVAL", "QUEUE_LEASE", "QUEUE_ATTEMPT_TIMEOUT",
-                 "QUEUE_MAX_EXECUTION_TIMEOUT", "QUEUE_BACKOFF_BASE", "QUEUE_BACKOFF_MAX",
-                 "QUEUE_REAPER_PERIOD", "QUEUE_RETENTION_TTL", "QUEUE_RETENTION_PERIOD",
-                 "QUEUE_WATCHDOG_GRACE", "QUEUE_GRACEFUL_TIMEOUT"]
+DURATION_KEYS = [
+    "QUEUE_POLL_INTERVAL",
+    "QUEUE_LEASE",
+    "QUEUE_ATTEMPT_TIMEOUT",
+    "QUEUE_MAX_EXECUTION_TIMEOUT",
+    "QUEUE_BACKOFF_BASE",
+    "QUEUE_BACKOFF_MAX",
+    "QUEUE_REAPER_PERIOD",
+    "QUEUE_RETENTION_TTL",
+    "QUEUE_RETENTION_PERIOD",
+    "QUEUE_WATCHDOG_GRACE",
+    "QUEUE_GRACEFUL_TIMEOUT",
+]
 
 
 @pytest.mark.parametrize("key", DURATION_KEYS)
@@ -256,11 +265,13 @@ def test_a_duration_past_365_days_is_refused_at_start(key: str) -> None:
     assert load({**upper, key: "8760h"}).sources[key] == "env"
 
 
-def test_out_of_bound_durations_are_listed_with_every_other_problem_at_once(
-        tmp_path: Path) -> None:
+def test_out_of_bound_durations_are_listed_with_every_other_problem_at_once(tmp_path: Path) -> None:
     toml = write(tmp_path / "brooq.toml", 'lease = "400d"\n')
-    env = {"QUEUE_BACKOFF_MAX": "999999999d", "QUEUE_RETENTION_TTL": "99999999999d",
-           "QUEUE_WORKERS": "0"}
+    env = {
+        "QUEUE_BACKOFF_MAX": "999999999d",
+        "QUEUE_RETENTION_TTL": "99999999999d",
+        "QUEUE_WORKERS": "0",
+    }
     assert problems(env, toml_file=toml) == [
         "QUEUE_WORKERS: must be at least 1 (got 0); write e.g. 2",
         'QUEUE_LEASE: "400d" is longer than 8760h (365 days); write e.g. 2m',

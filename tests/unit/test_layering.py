@@ -88,12 +88,18 @@ def collect_imports(tree: ast.AST, path: Path, name: str) -> list[Import]:
         elif isinstance(node, ast.Call) and node.args:
             func = node.func
             called = (
-                func.id if isinstance(func, ast.Name)
-                else func.attr if isinstance(func, ast.Attribute) else ""
+                func.id
+                if isinstance(func, ast.Name)
+                else func.attr
+                if isinstance(func, ast.Attribute)
+                else ""
             )
             first = node.args[0]
-            if (called in {"import_module", "__import__"} and isinstance(first, ast.Constant)
-                    and isinstance(first.value, str)):
+            if (
+                called in {"import_module", "__import__"}
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+            ):
                 found.append(Import(first.value, path, node.lineno))
     return found
 
@@ -123,8 +129,12 @@ def docstring_nodes(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
-            if (body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                    and isinstance(body[0].value.value, str)):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 ids.add(id(body[0].value))
         # attribute docstrings: a bare string right after an assignment
         for field in ("body", "orelse", "finalbody"):
@@ -132,9 +142,12 @@ def docstring_nodes(tree: ast.AST) -> set[int]:
             if not isinstance(stmts, list):
                 continue
             for before, after in itertools.pairwise(stmts):
-                if (isinstance(before, ast.Assign | ast.AnnAssign) and isinstance(after, ast.Expr)
-                        and isinstance(after.value, ast.Constant)
-                        and isinstance(after.value.value, str)):
+                if (
+                    isinstance(before, ast.Assign | ast.AnnAssign)
+                    and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
                     ids.add(id(after.value))
     return ids
 
@@ -144,9 +157,12 @@ def sql_strings(path: Path) -> list[str]:
     skip = docstring_nodes(tree)
     hits = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Constant) and isinstance(node.value, str)
-                and id(node) not in skip
-                and (SQL_RE.search(node.value) or SQL_LOWER_RE.search(node.value))):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and (SQL_RE.search(node.value) or SQL_LOWER_RE.search(node.value))
+        ):
             hits.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}")
     return hits
 
@@ -174,27 +190,56 @@ class K:
 """
     path = PACKAGE / "engine" / "example.py"
     found = {i.module for i in collect_imports(ast.parse(code), path, "brooq.engine.example")}
-    assert {"os", "json", "datetime", "brooq.engine", "brooq.engine.sibling", "brooq",
-            "brooq.vocabulary", "brooq.postgres.store", "psycopg_pool", "psycopg",
-            "brooq.queue", "prometheus_client", "yoyo"} <= found
+    assert {
+        "os",
+        "json",
+        "datetime",
+        "brooq.engine",
+        "brooq.engine.sibling",
+        "brooq",
+        "brooq.vocabulary",
+        "brooq.postgres.store",
+        "psycopg_pool",
+        "psycopg",
+        "brooq.queue",
+        "prometheus_client",
+        "yoyo",
+    } <= found
 
 
 def test_sql_detector_finds_statements_and_spares_prose() -> None:
-    for sql in ["SELECT id FROM job", "UPDATE job SET state = 'done'", "DELETE FROM job",
-                "INSERT INTO job (id) VALUES (%s)", "update job set state = 'x'",
-                "select id, topic from job where", "delete from job where id = 1"]:
+    for sql in [
+        "SELECT id FROM job",
+        "UPDATE job SET state = 'done'",
+        "DELETE FROM job",
+        "INSERT INTO job (id) VALUES (%s)",
+        "update job set state = 'x'",
+        "select id, topic from job where",
+        "delete from job where id = 1",
+    ]:
         assert SQL_RE.search(sql) or SQL_LOWER_RE.search(sql), sql
-    for prose in ["select a topic", "delete the job from the queue", "update the settings",
-                  "insert into the queue", "jobs selected from a list", "Select one"]:
+    for prose in [
+        "select a topic",
+        "delete the job from the queue",
+        "update the settings",
+        "insert into the queue",
+        "jobs selected from a list",
+        "Select one",
+    ]:
         assert not (SQL_RE.search(prose) or SQL_LOWER_RE.search(prose)), prose
 
 
 def test_docstrings_are_recognised() -> None:
-    tree = ast.parse('"""SELECT in a module docstring."""\nX = 1\n"""UPDATE x SET y."""\n'
-                     'def f():\n    """DELETE FROM prose."""\n    return "SELECT 1"\n')
+    tree = ast.parse(
+        '"""SELECT in a module docstring."""\nX = 1\n"""UPDATE x SET y."""\n'
+        'def f():\n    """DELETE FROM prose."""\n    return "SELECT 1"\n'
+    )
     skip = docstring_nodes(tree)
-    values = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
-              and isinstance(n.value, str) and id(n) not in skip]
+    values = [
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in skip
+    ]
     assert values == ["SELECT 1"]
 
 
@@ -209,7 +254,8 @@ def test_the_layers_exist() -> None:
 
 def test_vocabulary_imports_only_the_stdlib_and_itself() -> None:
     bad = [
-        str(i) for i in imports_under("vocabulary")
+        str(i)
+        for i in imports_under("vocabulary")
         if not is_within(i.module, "brooq.vocabulary")
         and i.module.split(".")[0] not in sys.stdlib_module_names
     ]
@@ -229,11 +275,15 @@ ENGINE_ALLOWED_THIRD_PARTY = {"cronsim"}  # cron parsing for periodic schedules
 
 def test_engine_imports_only_stdlib_vocabulary_and_engine() -> None:
     bad = [
-        str(i) for i in imports_under("engine")
-        if not (is_within(i.module, "brooq.vocabulary") or is_within(i.module, "brooq.engine")
-                or i.module == "brooq"
-                or i.module.split(".")[0] in sys.stdlib_module_names
-                or i.module.split(".")[0] in ENGINE_ALLOWED_THIRD_PARTY)
+        str(i)
+        for i in imports_under("engine")
+        if not (
+            is_within(i.module, "brooq.vocabulary")
+            or is_within(i.module, "brooq.engine")
+            or i.module == "brooq"
+            or i.module.split(".")[0] in sys.stdlib_module_names
+            or i.module.split(".")[0] in ENGINE_ALLOWED_THIRD_PARTY
+        )
     ]
     assert bad == []
 
@@ -256,7 +306,8 @@ def test_postgres_really_holds_sql() -> None:
 
 def test_no_sql_files_outside_brooq_postgres() -> None:
     stray = [
-        str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*.sql")
+        str(p.relative_to(ROOT))
+        for p in PACKAGE.rglob("*.sql")
         if (PACKAGE / "postgres") not in p.parents
     ]
     assert stray == []
@@ -264,15 +315,14 @@ def test_no_sql_files_outside_brooq_postgres() -> None:
 
 # --- what an import really loads ------------------------------------------------------------
 
-LOADED = (
-    "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {names!r}))"
-)
+LOADED = "import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in {names!r}))"
 
 
 def loaded_after(statement: str) -> list[str]:
     code = f"{statement}; " + LOADED.format(names=set(THIRD_PARTY))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     loaded: list[str] = ast.literal_eval(done.stdout.strip())
     return loaded
@@ -288,9 +338,18 @@ BARE_PARENT = (
 
 @pytest.mark.parametrize(
     "module",
-    ["brooq.vocabulary", "brooq.engine", "brooq.engine.runner", "brooq.engine.fake",
-     "brooq.engine.outcome", "brooq.engine.interrupts", "brooq.engine.kinds",
-     "brooq.engine.backoff", "brooq.engine.store", "brooq.testing"],
+    [
+        "brooq.vocabulary",
+        "brooq.engine",
+        "brooq.engine.runner",
+        "brooq.engine.fake",
+        "brooq.engine.outcome",
+        "brooq.engine.interrupts",
+        "brooq.engine.kinds",
+        "brooq.engine.backoff",
+        "brooq.engine.store",
+        "brooq.testing",
+    ],
 )
 def test_layer_modules_load_no_third_party_package(module: str) -> None:
     assert loaded_after(f"{BARE_PARENT}; import {module}") == []
@@ -331,12 +390,29 @@ MAY_IMPORT: dict[str, set[str]] = {
     "integrations": {"vocabulary", "postgres"},
     "queue": {"vocabulary", "engine", "postgres", "config"},
     "app": {"vocabulary", "engine", "queue"},
-    "surface": {"vocabulary", "engine", "postgres", "config", "metrics", "osproc", "logs",
-                "queue"},
-    "inprocess": {"vocabulary", "engine", "postgres", "config", "logs", "osproc", "queue",
-                  "metrics"},
-    "supervisor": {"vocabulary", "engine", "postgres", "config", "logs", "osproc", "queue",
-                   "metrics", "surface", "app"},
+    "surface": {"vocabulary", "engine", "postgres", "config", "metrics", "osproc", "logs", "queue"},
+    "inprocess": {
+        "vocabulary",
+        "engine",
+        "postgres",
+        "config",
+        "logs",
+        "osproc",
+        "queue",
+        "metrics",
+    },
+    "supervisor": {
+        "vocabulary",
+        "engine",
+        "postgres",
+        "config",
+        "logs",
+        "osproc",
+        "queue",
+        "metrics",
+        "surface",
+        "app",
+    },
     "demo": {"vocabulary", "engine", "postgres", "config", "queue", "testing"},
 }
 TOP = {"cli", "__main__", "__version__"}
@@ -383,7 +459,9 @@ def test_each_part_imports_only_the_parts_below_it() -> None:
 
 def test_nothing_imports_the_cli() -> None:
     bad = [
-        str(imp) for path in sources() if part_of(module_name(path)) not in {"cli", "__main__"}
+        str(imp)
+        for path in sources()
+        if part_of(module_name(path)) not in {"cli", "__main__"}
         for imp in collect_imports(parse(path), path, module_name(path))
         if is_within(imp.module, "brooq.cli")
     ]
@@ -399,8 +477,11 @@ def test_the_database_driver_is_loaded_only_by_brooq_postgres() -> None:
             continue
         tree = parse(path)
         typing_only = type_checking_lines(tree)
-        bad += [str(imp) for imp in collect_imports(tree, path, module_name(path))
-                if imp.module.split(".")[0] in DRIVER and imp.line not in typing_only]
+        bad += [
+            str(imp)
+            for imp in collect_imports(tree, path, module_name(path))
+            if imp.module.split(".")[0] in DRIVER and imp.line not in typing_only
+        ]
     assert bad == []
 
 
@@ -411,16 +492,25 @@ def test_listen_and_notify_live_only_in_brooq_postgres() -> None:
             continue
         tree = parse(path)
         skip = docstring_nodes(tree)
-        hits += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}"
-                 for node in ast.walk(tree)
-                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
-                 and id(node) not in skip and LISTEN_RE.search(node.value)]
+        hits += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:60]!r}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and LISTEN_RE.search(node.value)
+        ]
     assert hits == []
 
 
 def test_the_listen_detector_sees_listen() -> None:
-    for statement in ["LISTEN brooq_job", 'LISTEN "brooq_cancel";', "UNLISTEN *",
-                      "NOTIFY brooq_job, 'noop'", "SELECT pg_notify('brooq_job', topic)"]:
+    for statement in [
+        "LISTEN brooq_job",
+        'LISTEN "brooq_cancel";',
+        "UNLISTEN *",
+        "NOTIFY brooq_job, 'noop'",
+        "SELECT pg_notify('brooq_job', topic)",
+    ]:
         assert LISTEN_RE.search(statement), statement
     for prose in ["listen to the workers", "when no NOTIFY wakes them", "the LISTEN thread reads"]:
         assert not LISTEN_RE.search(prose), prose

@@ -363,8 +363,12 @@ def test_describe_error_is_bounded_for_any_text(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("error", "name"),
-    [(SystemExit(3), "SystemExit"), (KeyboardInterrupt(), "KeyboardInterrupt"),
-     (CustomBase("custom"), "CustomBase"), (GeneratorExit(), "GeneratorExit")],
+    [
+        (SystemExit(3), "SystemExit"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (CustomBase("custom"), "CustomBase"),
+        (GeneratorExit(), "GeneratorExit"),
+    ],
 )
 def test_base_exceptions_are_recorded_failures(error: BaseException, name: str) -> None:
     outcome = run(raised(error), 1)

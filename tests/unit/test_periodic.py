@@ -26,8 +26,15 @@ from brooq.queue import Queue
 from brooq.vocabulary import InvalidJob, Job, Schedule, State, StoreUnavailable
 
 
-def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0,
-        second: int = 0, microsecond: int = 0) -> datetime:
+def utc(
+    year: int,
+    month: int,
+    day: int,
+    hour: int = 0,
+    minute: int = 0,
+    second: int = 0,
+    microsecond: int = 0,
+) -> datetime:
     return datetime(year, month, day, hour, minute, second, microsecond, tzinfo=UTC)
 
 
@@ -42,7 +49,8 @@ def test_latest_run_is_at_or_before_now() -> None:
     s = every5()
     assert latest_run(s, utc(2026, 1, 1, 12, 5)) == utc(2026, 1, 1, 12, 5)  # on the boundary
     assert latest_run(s, utc(2026, 1, 1, 12, 5) - timedelta(microseconds=1)) == utc(
-        2026, 1, 1, 12, 0)
+        2026, 1, 1, 12, 0
+    )
     assert latest_run(s, utc(2026, 1, 1, 12, 9, 59, 999999)) == utc(2026, 1, 1, 12, 5)
     assert latest_run(s, utc(2026, 1, 1, 0, 0, 30)) == utc(2026, 1, 1)
     yearly = Schedule("0 0 1 1 *", topic="tick")
@@ -61,10 +69,14 @@ def test_latest_run_accepts_any_time_zone_for_now() -> None:
 def test_runs_between_is_open_closed() -> None:
     s = every5()
     assert runs_between(s, utc(2026, 1, 1, 12), utc(2026, 1, 1, 12, 15)) == [
-        utc(2026, 1, 1, 12, 5), utc(2026, 1, 1, 12, 10), utc(2026, 1, 1, 12, 15)]
+        utc(2026, 1, 1, 12, 5),
+        utc(2026, 1, 1, 12, 10),
+        utc(2026, 1, 1, 12, 15),
+    ]
     assert runs_between(s, utc(2026, 1, 1, 12, 1), utc(2026, 1, 1, 12, 4, 59)) == []
     assert runs_between(s, utc(2026, 1, 1, 12, 0, 1), utc(2026, 1, 1, 12, 5)) == [
-        utc(2026, 1, 1, 12, 5)]
+        utc(2026, 1, 1, 12, 5)
+    ]
 
 
 def test_runs_between_keeps_only_the_latest_hundred_and_stays_cheap() -> None:
@@ -94,15 +106,20 @@ def test_time_zone_shifts_the_runs() -> None:
     assert latest_run(ny, utc(2026, 1, 15, 16)) == utc(2026, 1, 15, 14)
     assert Schedule("0 9 * * *", topic="tick").tz == "UTC"  # UTC is the default
     assert latest_run(Schedule("0 9 * * *", topic="tick"), utc(2026, 1, 15, 12)) == utc(
-        2026, 1, 15, 9)
+        2026, 1, 15, 9
+    )
 
 
 def test_dst_spring_forward_in_berlin_runs_a_missing_local_time_once() -> None:
     """29 March 2026, 02:00 CET → 03:00 CEST: 02:30 does not exist; it runs once, at 03:00."""
     s = Schedule("30 2 * * *", topic="tick", tz="Europe/Berlin")
     runs = runs_between(s, utc(2026, 3, 27), utc(2026, 3, 31))
-    assert runs == [utc(2026, 3, 27, 1, 30), utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1),
-                    utc(2026, 3, 30, 0, 30)]
+    assert runs == [
+        utc(2026, 3, 27, 1, 30),
+        utc(2026, 3, 28, 1, 30),
+        utc(2026, 3, 29, 1),
+        utc(2026, 3, 30, 0, 30),
+    ]
     hourly = Schedule("0 * * * *", topic="tick", tz="Europe/Berlin")
     day = runs_between(hourly, utc(2026, 3, 28, 23), utc(2026, 3, 29, 22))  # local day
     assert len(day) == 23 and len(set(day)) == 23  # a 23-hour day
@@ -116,12 +133,14 @@ def test_dst_fall_back_in_berlin_runs_every_hour_once_and_a_daily_job_once() -> 
     assert utc(2026, 10, 25, 0) in day and utc(2026, 10, 25, 1) in day  # 02:00 CEST and CET
     daily = Schedule("30 2 * * *", topic="tick", tz="Europe/Berlin")
     assert runs_between(daily, utc(2026, 10, 24, 12), utc(2026, 10, 25, 12)) == [
-        utc(2026, 10, 25, 0, 30)]
+        utc(2026, 10, 25, 0, 30)
+    ]
 
 
 @pytest.mark.parametrize("cron", ["0 * * * *", "*/20 * * * *", "30 2 * * *", "15 1-3 * * *"])
-@pytest.mark.parametrize("change", [utc(2026, 3, 29, 1), utc(2026, 10, 25, 1)],
-                         ids=["spring", "fall"])
+@pytest.mark.parametrize(
+    "change", [utc(2026, 3, 29, 1), utc(2026, 10, 25, 1)], ids=["spring", "fall"]
+)
 def test_latest_run_agrees_with_runs_between_across_dst(cron: str, change: datetime) -> None:
     """Minute by minute around a DST change: latest_run is the last run of runs_between.
 
@@ -131,8 +150,10 @@ def test_latest_run_agrees_with_runs_between_across_dst(cron: str, change: datet
     s = Schedule(cron, topic="tick", tz="Europe/Berlin")
     for minute in range(-150, 150):
         now = change + timedelta(minutes=minute, seconds=17)
-        expected = (runs_between(s, now - timedelta(hours=2), now)
-                    or runs_between(s, now - timedelta(days=1), now))[-1]
+        expected = (
+            runs_between(s, now - timedelta(hours=2), now)
+            or runs_between(s, now - timedelta(days=1), now)
+        )[-1]
         got = latest_run(s, now)
         assert got == expected, f"at {now}: latest_run {got}, runs_between {expected}"
         assert got is not None and got <= now
@@ -156,21 +177,46 @@ def test_queue_periodic_registers_a_schedule() -> None:
     q = queue()
     s = q.periodic("*/5 * * * *", topic="report.hourly", payload={"a": 1})
     assert (s.cron, s.topic, s.payload, s.tz, s.missed, s.priority) == (
-        "*/5 * * * *", "report.hourly", {"a": 1}, "UTC", "latest", 0)
+        "*/5 * * * *",
+        "report.hourly",
+        {"a": 1},
+        "UTC",
+        "latest",
+        0,
+    )
     assert s.name == "report.hourly@*/5 * * * *"
     assert q.schedules == [s]
-    t = q.periodic("0 9 * * 1-5", topic="report.daily", name="weekday-report",
-                   tz="Europe/Berlin", missed="all", priority=5)
+    t = q.periodic(
+        "0 9 * * 1-5",
+        topic="report.daily",
+        name="weekday-report",
+        tz="Europe/Berlin",
+        missed="all",
+        priority=5,
+    )
     assert q.schedules == [s, t] and t.name == "weekday-report"
     assert t.job_for(utc(2026, 1, 5, 8)) == Job(
-        "report.daily", None, idempotency_key="periodic:weekday-report:2026-01-05T08:00:00+00:00",
-        available_at=utc(2026, 1, 5, 8), priority=5)
+        "report.daily",
+        None,
+        idempotency_key="periodic:weekday-report:2026-01-05T08:00:00+00:00",
+        available_at=utc(2026, 1, 5, 8),
+        priority=5,
+    )
 
 
-@pytest.mark.parametrize("cron", [
-    "*/5 * * *", "* * * * * *", "61 * * * *", "* 24 * * *", "bogus", "", "@hourly",
-    "0 0 31 2 *",
-])
+@pytest.mark.parametrize(
+    "cron",
+    [
+        "*/5 * * *",
+        "* * * * * *",
+        "61 * * * *",
+        "* 24 * * *",
+        "bogus",
+        "",
+        "@hourly",
+        "0 0 31 2 *",
+    ],
+)
 def test_invalid_cron_is_rejected(cron: str) -> None:
     with pytest.raises(InvalidJob, match=r"cron|fields"):
         queue().periodic(cron, topic="tick")
@@ -182,10 +228,18 @@ def test_unknown_time_zone_is_rejected(tz: str) -> None:
         queue().periodic("* * * * *", topic="tick", tz=tz)
 
 
-@pytest.mark.parametrize("kw", [
-    {"missed": "some"}, {"priority": True}, {"priority": 40_000}, {"payload": {1, 2}},
-    {"payload": float("nan")}, {"name": "x" * 600}, {"name": 5},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"missed": "some"},
+        {"priority": True},
+        {"priority": 40_000},
+        {"payload": {1, 2}},
+        {"payload": float("nan")},
+        {"name": "x" * 600},
+        {"name": 5},
+    ],
+)
 def test_invalid_schedule_options_are_rejected_at_registration(kw: dict[str, Any]) -> None:
     """Not later, in the supervisor, at every run."""
     with pytest.raises(InvalidJob):
@@ -226,8 +280,12 @@ def scheduler_on(store: InMemoryStore, *schedules: Schedule) -> PeriodicSchedule
 
 
 def run_times(store: InMemoryStore, schedule: Schedule | None = None) -> list[datetime]:
-    rows = [r for r in store.rows.values() if r.idempotency_key
-            and (schedule is None or r.idempotency_key.startswith(schedule.key_prefix))]
+    rows = [
+        r
+        for r in store.rows.values()
+        if r.idempotency_key
+        and (schedule is None or r.idempotency_key.startswith(schedule.key_prefix))
+    ]
     return sorted(r.available_at for r in rows)
 
 
@@ -297,13 +355,15 @@ def test_a_failed_enqueue_is_retried_on_the_next_tick() -> None:
 
     scheduler = PeriodicScheduler([s], enqueue, store.last_scheduled_run)
     assert [e.run for e in scheduler.run_once(utc(2026, 1, 1, 10, 0, 10))] == [
-        utc(2026, 1, 1, 10)]  # the first tick works
+        utc(2026, 1, 1, 10)
+    ]  # the first tick works
     down[0] = True
     with pytest.raises(StoreUnavailable):
         scheduler.run_once(utc(2026, 1, 1, 10, 5, 1))
     down[0] = False
     assert [e.run for e in scheduler.run_once(utc(2026, 1, 1, 10, 5, 2))] == [
-        utc(2026, 1, 1, 10, 5)]
+        utc(2026, 1, 1, 10, 5)
+    ]
     assert run_times(store) == [utc(2026, 1, 1, 10), utc(2026, 1, 1, 10, 5)]
 
 
@@ -313,8 +373,7 @@ def test_a_clock_going_back_does_not_enqueue_again() -> None:
     assert len(scheduler.run_once(utc(2026, 1, 1, 10, 10, 1))) == 1
     assert scheduler.run_once(utc(2026, 1, 1, 10, 5, 1)) == []  # NTP stepped the clock back
     assert scheduler.run_once(utc(2026, 1, 1, 10, 10, 30)) == []
-    assert [e.run for e in scheduler.run_once(utc(2026, 1, 1, 10, 15))] == [
-        utc(2026, 1, 1, 10, 15)]
+    assert [e.run for e in scheduler.run_once(utc(2026, 1, 1, 10, 15))] == [utc(2026, 1, 1, 10, 15)]
 
 
 def test_several_schedules_each_get_their_runs() -> None:
@@ -341,15 +400,21 @@ def test_the_dst_fall_back_day_enqueues_every_hourly_run_once() -> None:
         scheduler.run_once(t)
         t += timedelta(minutes=1)
     runs = run_times(store)
-    assert len(runs) == 25 and runs == [utc(2026, 10, 24, 22) + timedelta(hours=h)
-                                        for h in range(25)]
+    assert len(runs) == 25 and runs == [
+        utc(2026, 10, 24, 22) + timedelta(hours=h) for h in range(25)
+    ]
 
 
 # -- restarts: the missed-run policy ----------------------------------------------------------
 
 
-def lifetime(store: InMemoryStore, schedule: Schedule, start: datetime,
-             minutes: int, step: timedelta = timedelta(seconds=20)) -> list[datetime]:
+def lifetime(
+    store: InMemoryStore,
+    schedule: Schedule,
+    start: datetime,
+    minutes: int,
+    step: timedelta = timedelta(seconds=20),
+) -> list[datetime]:
     """One scheduler (one supervisor) running from ``start``: the runs it created."""
     scheduler = scheduler_on(store, schedule)
     created = []
@@ -380,7 +445,8 @@ def test_restart_after_downtime_follows_the_missed_policy(missed: str) -> None:
         assert burst == []
     # Afterwards, every run again, once.
     assert [e.run for e in scheduler.run_once(restart + timedelta(minutes=3))] == [
-        utc(2026, 1, 1, 13, 25)]
+        utc(2026, 1, 1, 13, 25)
+    ]
     assert scheduler.run_once(restart + timedelta(minutes=3, seconds=30)) == []
 
 
@@ -392,7 +458,8 @@ def test_restart_with_missed_all_is_capped_at_a_hundred_runs() -> None:
     runs = [e.run for e in scheduler_on(store, s).run_once(restart)]
     assert len(runs) == MAX_CATCH_UP
     assert runs[-1] == utc(2026, 1, 2, 10) and runs[0] == utc(2026, 1, 2, 10) - timedelta(
-        minutes=5 * (MAX_CATCH_UP - 1))
+        minutes=5 * (MAX_CATCH_UP - 1)
+    )
 
 
 def test_restart_with_missed_all_and_no_earlier_run_enqueues_only_the_latest() -> None:
@@ -441,18 +508,44 @@ def test_schedules_table_lists_each_schedule_with_its_next_run() -> None:
     assert schedules_table(q, utc(2026, 1, 1)) == []
     assert render_schedules([]) == "schedules: none"
     q.periodic("*/5 * * * *", topic="report.tick")
-    q.periodic("0 9 * * 1-5", topic="report.daily", name="weekday", tz="Europe/Berlin",
-               missed="skip", priority=2)
+    q.periodic(
+        "0 9 * * 1-5",
+        topic="report.daily",
+        name="weekday",
+        tz="Europe/Berlin",
+        missed="skip",
+        priority=2,
+    )
     rows = schedules_table(q, utc(2026, 1, 2, 12, 7))  # a Friday
     assert rows == [
-        {"name": "report.tick@*/5 * * * *", "cron": "*/5 * * * *", "tz": "UTC",
-         "topic": "report.tick", "missed": "latest", "priority": 0,
-         "next_run": "2026-01-02T12:10:00+00:00", "next_run_local": "2026-01-02T12:10:00+00:00"},
-        {"name": "weekday", "cron": "0 9 * * 1-5", "tz": "Europe/Berlin",
-         "topic": "report.daily", "missed": "skip", "priority": 2,
-         "next_run": "2026-01-05T08:00:00+00:00", "next_run_local": "2026-01-05T09:00:00+01:00"},
+        {
+            "name": "report.tick@*/5 * * * *",
+            "cron": "*/5 * * * *",
+            "tz": "UTC",
+            "topic": "report.tick",
+            "missed": "latest",
+            "priority": 0,
+            "next_run": "2026-01-02T12:10:00+00:00",
+            "next_run_local": "2026-01-02T12:10:00+00:00",
+        },
+        {
+            "name": "weekday",
+            "cron": "0 9 * * 1-5",
+            "tz": "Europe/Berlin",
+            "topic": "report.daily",
+            "missed": "skip",
+            "priority": 2,
+            "next_run": "2026-01-05T08:00:00+00:00",
+            "next_run_local": "2026-01-05T09:00:00+01:00",
+        },
     ]
     text = render_schedules(rows).splitlines()
     assert text[0] == "schedules:" and text[1].split() == [
-        "name", "cron", "tz", "topic", "missed", "next_run"]
+        "name",
+        "cron",
+        "tz",
+        "topic",
+        "missed",
+        "next_run",
+    ]
     assert "weekday" in text[3] and "2026-01-05T08:00:00+00:00" in text[3]

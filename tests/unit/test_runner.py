@@ -91,8 +91,9 @@ class Rig:
         self.store, self.clock = store, clock
         self.registry = Registry()
         self.events = Recorder()
-        self.runner = SlotRunner(store, self.registry, HOLDER, LEASE, topics=[],
-                                 listener=Listener(self.events))
+        self.runner = SlotRunner(
+            store, self.registry, HOLDER, LEASE, topics=[], listener=Listener(self.events)
+        )
 
     def kind(self, topic: str, handler: Callable[[Claim], Any], **options: Any) -> None:
         self.registry.register(topic, handler, KindOptions(**options))
@@ -298,8 +299,11 @@ def test_cancel_job_cancels(rig: Rig) -> None:
 
 @pytest.mark.parametrize(
     ("error", "name"),
-    [(SystemExit(2), "SystemExit"), (KeyboardInterrupt(), "KeyboardInterrupt"),
-     (CustomBase("custom"), "CustomBase")],
+    [
+        (SystemExit(2), "SystemExit"),
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (CustomBase("custom"), "CustomBase"),
+    ],
 )
 @pytest.mark.parametrize("is_async", [False, True])
 def test_base_exception_in_handler_is_a_failure_and_runner_survives(
@@ -358,12 +362,13 @@ def test_async_handler_raising_is_a_failure(rig: Rig) -> None:
 
 @pytest.mark.parametrize(
     ("signal_", "label", "state"),
-    [(CancelJob("no"), "canceled", State.CANCELED), (Delay(7), "delayed", State.FAILED),
-     (PreserveAttempt(), "preserved", State.FAILED)],
+    [
+        (CancelJob("no"), "canceled", State.CANCELED),
+        (Delay(7), "delayed", State.FAILED),
+        (PreserveAttempt(), "preserved", State.FAILED),
+    ],
 )
-def test_async_handler_signals(
-    rig: Rig, signal_: BaseException, label: str, state: State
-) -> None:
+def test_async_handler_signals(rig: Rig, signal_: BaseException, label: str, state: State) -> None:
     async def handler(claim: Claim) -> None:
         await asyncio.sleep(0)
         raise signal_
@@ -600,8 +605,9 @@ def test_runner_outside_the_main_thread_runs_without_interrupts(
 def test_chain_and_hooks_run_on_success(rig: Rig) -> None:
     def handler(claim: Claim) -> None:
         claim.chain(Job("next.step", {"from": claim.id}))
-        claim.on_succeeded(lambda conn: conn.execute(
-            "INSERT INTO receipts (job_id) VALUES (%s)", (claim.id,)))
+        claim.on_succeeded(
+            lambda conn: conn.execute("INSERT INTO receipts (job_id) VALUES (%s)", (claim.id,))
+        )
 
     rig.kind("a", handler)
     rig.kind("next.step", lambda claim: None)
@@ -796,8 +802,9 @@ def test_queue_kind_options_are_checked_at_registration() -> None:
 
 def test_drain_applies_soft_timeouts_in_the_main_thread() -> None:
     queue = brooq.Queue(PublicInMemoryStore())
-    queue.register("slow", lambda claim: wait_for_interrupt(), attempt_timeout="100ms",
-                   max_attempts=1)
+    queue.register(
+        "slow", lambda claim: wait_for_interrupt(), attempt_timeout="100ms", max_attempts=1
+    )
     queue.enqueue(brooq.Job("slow"))
     started = time.monotonic()
     assert queue.drain().outcomes == Counter({"dead": 1})
@@ -851,8 +858,12 @@ def test_kind_options_list_every_problem_at_once() -> None:
 
 def test_kind_options_accept_durations_in_every_form() -> None:
     options = KindOptions(
-        max_attempts=1, attempt_timeout="1m", max_execution_timeout=300,
-        backoff_base=timedelta(seconds=2), backoff_max=2.5, watchdog_grace="1h30m",
+        max_attempts=1,
+        attempt_timeout="1m",
+        max_execution_timeout=300,
+        backoff_base=timedelta(seconds=2),
+        backoff_max=2.5,
+        watchdog_grace="1h30m",
     )
     assert options.attempt_timeout == timedelta(minutes=1)
     assert options.max_execution_timeout == timedelta(minutes=5)
@@ -878,8 +889,23 @@ def test_valid_topics(topic: str) -> None:
 
 @pytest.mark.parametrize(
     "topic",
-    ["", "Email", "a b", "a..b", ".a", "a.", "-a", "a--b", "x'; drop table job;--",
-     "a" * 200, "a" * (TOPIC_MAX_LENGTH + 1), "émail", "email\n", "a/b", " a"],
+    [
+        "",
+        "Email",
+        "a b",
+        "a..b",
+        ".a",
+        "a.",
+        "-a",
+        "a--b",
+        "x'; drop table job;--",
+        "a" * 200,
+        "a" * (TOPIC_MAX_LENGTH + 1),
+        "émail",
+        "email\n",
+        "a/b",
+        " a",
+    ],
 )
 def test_invalid_topics(topic: str) -> None:
     with pytest.raises(InvalidTopic) as info:
@@ -1024,11 +1050,18 @@ def test_parse_then_format_is_canonical(value: timedelta) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("120s", timedelta(seconds=120)), ("2m", timedelta(minutes=2)),
-     ("720h", timedelta(days=30)), ("1h30m", timedelta(minutes=90)),
-     ("500ms", timedelta(milliseconds=500)), ("1.5s", timedelta(seconds=1.5)),
-     ("2d", timedelta(days=2)), ("0", timedelta(0)), ("0s", timedelta(0)),
-     (" 30s ", timedelta(seconds=30))],
+    [
+        ("120s", timedelta(seconds=120)),
+        ("2m", timedelta(minutes=2)),
+        ("720h", timedelta(days=30)),
+        ("1h30m", timedelta(minutes=90)),
+        ("500ms", timedelta(milliseconds=500)),
+        ("1.5s", timedelta(seconds=1.5)),
+        ("2d", timedelta(days=2)),
+        ("0", timedelta(0)),
+        ("0s", timedelta(0)),
+        (" 30s ", timedelta(seconds=30)),
+    ],
 )
 def test_parse_duration_examples(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
@@ -1053,9 +1086,13 @@ def test_too_long_duration_is_a_value_error() -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(timedelta(minutes=2), "2m"), (timedelta(minutes=90), "1h30m"),
-     (timedelta(days=30), "720h"), (timedelta(milliseconds=500), "500ms"),
-     (timedelta(seconds=1.5), "1s500ms")],
+    [
+        (timedelta(minutes=2), "2m"),
+        (timedelta(minutes=90), "1h30m"),
+        (timedelta(days=30), "720h"),
+        (timedelta(milliseconds=500), "500ms"),
+        (timedelta(seconds=1.5), "1s500ms"),
+    ],
 )
 def test_format_duration_examples(value: timedelta, text: str) -> None:
     assert format_duration(value) == text

@@ -42,8 +42,9 @@ class Answer:
         head, _, self.body = raw.partition(b"\r\n\r\n")
         lines = head.decode("latin-1").split("\r\n")
         self.status = int(lines[0].split(" ")[1]) if lines[0].startswith("HTTP/") else 0
-        self.headers = {k.strip().lower(): v.strip() for k, _, v in
-                        (line.partition(":") for line in lines[1:])}
+        self.headers = {
+            k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])
+        }
 
 
 def send(port: int, data: bytes, timeout: float = 3.0) -> Answer:
@@ -76,9 +77,16 @@ def echo_router(gate: threading.Event | None = None) -> Router:
         raise RuntimeError("/secret/path/of/the/server.py")
 
     def echo(request: Request) -> Response:
-        return Response.json(200, {"word": request.params["word"], "query": request.query,
-                                   "cookies": request.cookies, "form": request.form(),
-                                   "body": request.body.decode()})
+        return Response.json(
+            200,
+            {
+                "word": request.params["word"],
+                "query": request.query,
+                "cookies": request.cookies,
+                "form": request.form(),
+                "body": request.body.decode(),
+            },
+        )
 
     def guarded(request: Request) -> Response:
         return refuse_unless_bearer(request, TOKEN) or Response.json(200, {"ok": True})
@@ -98,8 +106,7 @@ def serve() -> Iterator[Callable[..., SurfaceServer]]:
     servers: list[SurfaceServer] = []
 
     def start(router: Router | None = None, **limits: float) -> SurfaceServer:
-        server = SurfaceServer("127.0.0.1:0", router or echo_router(),
-                               Limits(**limits)).start()  # type: ignore[arg-type]
+        server = SurfaceServer("127.0.0.1:0", router or echo_router(), Limits(**limits)).start()  # type: ignore[arg-type]
         servers.append(server)
         return server
 
@@ -123,7 +130,8 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def test_a_trickling_client_is_cut_off_at_the_request_deadline(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     """One byte every 0.3 s: each read is quick, the request as a whole is not."""
     port = port_of(serve())
     started = time.monotonic()
@@ -154,7 +162,8 @@ def test_a_slow_body_is_cut_off_too(serve: Callable[..., SurfaceServer]) -> None
 
 
 def test_a_client_that_never_reads_its_answer_is_cut_off(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     server = serve(write_timeout=0.5)
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -171,12 +180,12 @@ def test_a_client_that_never_reads_its_answer_is_cut_off(
 
 
 def test_past_the_cap_a_new_connection_is_refused_at_once_when_all_run_handlers(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     gate = threading.Event()
     server = serve(echo_router(gate), max_connections=4)
     port = port_of(server)
-    blocked = [threading.Thread(target=get, args=(port, "/block"), daemon=True)
-               for _ in range(4)]
+    blocked = [threading.Thread(target=get, args=(port, "/block"), daemon=True) for _ in range(4)]
     for t in blocked:
         t.start()
     try:
@@ -193,7 +202,8 @@ def test_past_the_cap_a_new_connection_is_refused_at_once_when_all_run_handlers(
 
 
 def test_past_the_cap_the_oldest_slow_client_gives_up_its_slot(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     server = serve(max_connections=4, request_timeout=10.0)
     port = port_of(server)
     slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4)]
@@ -225,7 +235,8 @@ def test_the_slot_is_released_whatever_happened(serve: Callable[..., SurfaceServ
 
 
 def test_a_request_is_answered_within_a_second_while_50_slow_clients_trickle(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     server = serve()
     port = port_of(server)
     attack = Slowloris("127.0.0.1", port, n=50, duration=6.0, prefix=b"GET /ok HTTP/1.1\r\nX: ")
@@ -248,10 +259,10 @@ def test_a_request_is_answered_within_a_second_while_50_slow_clients_trickle(
 
 
 def test_close_returns_fast_with_slow_clients_and_a_busy_handler_attached(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     gate = threading.Event()
-    server = SurfaceServer("127.0.0.1:0", echo_router(gate),
-                           Limits(request_timeout=30.0)).start()
+    server = SurfaceServer("127.0.0.1:0", echo_router(gate), Limits(request_timeout=30.0)).start()
     port = port_of(server)
     attack = Slowloris("127.0.0.1", port, n=20, duration=10.0, reconnect=False)
     attack.start()
@@ -282,15 +293,18 @@ def socket_inodes(pid: int) -> set[str]:
 
 
 def test_a_forked_child_holds_none_of_the_server_s_sockets(
-        serve: Callable[..., SurfaceServer]) -> None:
+    serve: Callable[..., SurfaceServer],
+) -> None:
     """A child that kept a client's socket or the listener would keep them alive past close()."""
     server = serve()
     port = port_of(server)
     with socket.create_connection(("127.0.0.1", port), timeout=5) as held:
         held.sendall(b"GET /ok HTTP/1.1\r\n")
         wait_for(lambda: server.open_connections() == 1, 2, "a connection held")
-        ours = {f"socket:[{os.fstat(s.fileno()).st_ino}]"
-                for s in [server._listener, *(c.sock for c in server._conns)]}
+        ours = {
+            f"socket:[{os.fstat(s.fileno()).st_ino}]"
+            for s in [server._listener, *(c.sock for c in server._conns)]
+        }
         assert len(ours) == 2 and ours <= socket_inodes(os.getpid())
         read_fd, write_fd = os.pipe()
         pid = os.fork()
@@ -314,19 +328,25 @@ def test_a_forked_child_holds_none_of_the_server_s_sockets(
 
 
 @pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
-def test_the_bearer_scheme_is_case_insensitive(serve: Callable[..., SurfaceServer],
-                                               scheme: str) -> None:
+def test_the_bearer_scheme_is_case_insensitive(
+    serve: Callable[..., SurfaceServer], scheme: str
+) -> None:
     port = port_of(serve())
     assert get(port, "/guarded", f"Authorization: {scheme} {TOKEN}\r\n").status == 200
 
 
-@pytest.mark.parametrize("header", ["", "Authorization: Bearer wrong\r\n",
-                                    f"Authorization: Basic {TOKEN}\r\n",
-                                    f"Authorization: {TOKEN}\r\n",
-                                    f"Authorization: Bearer {TOKEN}x\r\n",
-                                    "Authorization: Bearer \r\n"])
-def test_a_missing_or_wrong_token_is_401(serve: Callable[..., SurfaceServer],
-                                         header: str) -> None:
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "Authorization: Bearer wrong\r\n",
+        f"Authorization: Basic {TOKEN}\r\n",
+        f"Authorization: {TOKEN}\r\n",
+        f"Authorization: Bearer {TOKEN}x\r\n",
+        "Authorization: Bearer \r\n",
+    ],
+)
+def test_a_missing_or_wrong_token_is_401(serve: Callable[..., SurfaceServer], header: str) -> None:
     answer = get(port_of(serve()), "/guarded", header)
     assert answer.status == 401 and answer.headers["www-authenticate"].startswith("Bearer")
 
@@ -348,11 +368,16 @@ def test_no_token_configured_means_the_guarded_route_does_not_exist() -> None:
 def test_no_answer_names_the_server_or_python(serve: Callable[..., SurfaceServer]) -> None:
     server = serve(request_timeout=0.3)
     port = port_of(server)
-    answers = [get(port, "/ok"), get(port, "/nope"), get(port, "/ok", method="POST"),
-               get(port, "/boom"), send(port, b"NOT HTTP\r\n\r\n"),
-               send(port, b"GET /ok HTTP/1.1\r\nX: slow"),
-               send(port, b"GET /ok HTTP/2.0\r\n\r\n"),
-               get(port, "/guarded", "Authorization: Bearer no\r\n")]
+    answers = [
+        get(port, "/ok"),
+        get(port, "/nope"),
+        get(port, "/ok", method="POST"),
+        get(port, "/boom"),
+        send(port, b"NOT HTTP\r\n\r\n"),
+        send(port, b"GET /ok HTTP/1.1\r\nX: slow"),
+        send(port, b"GET /ok HTTP/2.0\r\n\r\n"),
+        get(port, "/guarded", "Authorization: Bearer no\r\n"),
+    ]
     assert [a.status for a in answers] == [200, 404, 405, 500, 400, 408, 505, 401]
     for answer in answers:
         assert "server" not in answer.headers, answer.raw
@@ -365,25 +390,36 @@ def test_limits_of_size_and_framing(serve: Callable[..., SurfaceServer]) -> None
     port = port_of(serve(max_body_bytes=10))
     assert send(port, b"GET /ok HTTP/1.1\r\nX: " + b"a" * 20000 + b"\r\n\r\n").status == 431
     assert send(port, b"POST /echo/a HTTP/1.1\r\nContent-Length: 11\r\n\r\n").status == 413
-    assert send(port, b"POST /echo/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
-                ).status == 411
-    assert send(port, b"POST /echo/a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n"
-                b"\r\nab").status == 400
+    assert send(port, b"POST /echo/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n").status == 411
+    assert (
+        send(
+            port, b"POST /echo/a HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab"
+        ).status
+        == 400
+    )
     assert send(port, b"GET /ok HTTP/1.1\r\n folded: header\r\n\r\n").status == 400
 
 
 def test_routes_parse_what_a_dashboard_needs(serve: Callable[..., SurfaceServer]) -> None:
     port = port_of(serve())
     body = "state=dead&state=failed&q=a+b"
-    answer = send(port, (
-        "POST /echo/word?page=2&x= HTTP/1.1\r\nCookie: session=abc; theme=\"dark\"\r\n"
-        "Content-Type: application/x-www-form-urlencoded\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+    answer = send(
+        port,
+        (
+            'POST /echo/word?page=2&x= HTTP/1.1\r\nCookie: session=abc; theme="dark"\r\n'
+            "Content-Type: application/x-www-form-urlencoded\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n{body}"
+        ).encode(),
+    )
     assert answer.status == 200
     data = json.loads(answer.body)
-    assert data == {"word": "word", "query": {"page": ["2"], "x": [""]},
-                    "cookies": {"session": "abc", "theme": "dark"},
-                    "form": {"state": ["dead", "failed"], "q": ["a b"]}, "body": body}
+    assert data == {
+        "word": "word",
+        "query": {"page": ["2"], "x": [""]},
+        "cookies": {"session": "abc", "theme": "dark"},
+        "form": {"state": ["dead", "failed"], "q": ["a b"]},
+        "body": body,
+    }
     head = get(port, "/ok", method="HEAD")
     assert head.status == 200 and head.body == b"" and head.headers["content-length"] == "2"
     refused = get(port, "/ok", method="DELETE")
@@ -426,15 +462,19 @@ def test_a_non_loopback_address_needs_the_flag_and_a_32_byte_token() -> None:
 
 def test_the_service_surface_refuses_a_weak_token_before_binding() -> None:
     with pytest.raises(SurfaceConfigError) as caught:
-        ServiceSurface("0.0.0.0:0", dsn="postgresql://nowhere/none", topics=[],
-                       supervisor_pid=os.getpid(), health=HealthBoard(), token="x" * 16,
-                       allow_remote=True)
+        ServiceSurface(
+            "0.0.0.0:0",
+            dsn="postgresql://nowhere/none",
+            topics=[],
+            supervisor_pid=os.getpid(),
+            health=HealthBoard(),
+            token="x" * 16,
+            allow_remote=True,
+        )
     assert isinstance(caught.value, BrooqError) and "at least 32 bytes" in str(caught.value)
 
 
-def test_an_address_in_use_is_a_surface_config_error(
-        serve: Callable[..., SurfaceServer]) -> None:
+def test_an_address_in_use_is_a_surface_config_error(serve: Callable[..., SurfaceServer]) -> None:
     server = serve()
     with pytest.raises(SurfaceConfigError, match="cannot listen"):
         SurfaceServer(server.address, Router())
-

@@ -21,13 +21,17 @@ DB_TEXT = "database unavailable: connection to server at 10.1.2.3, user app_rw r
 def call(router: Router, method: str, path: str, token: str | None = None) -> tuple[int, Any]:
     headers = (("authorization", f"Bearer {token}"),) if token else ()
     response = router.dispatch(Request(method, path, path, {}, headers))
-    body = json.loads(response.body) if response.content_type == "application/json" \
-        else response.body
+    body = (
+        json.loads(response.body) if response.content_type == "application/json" else response.body
+    )
     return response.status, body
 
 
-def routes(token: str | None = TOKEN, health: tuple[bool, str] = (True, "2 workers running"),
-           failure: Exception | None = None) -> Router:
+def routes(
+    token: str | None = TOKEN,
+    health: tuple[bool, str] = (True, "2 workers running"),
+    failure: Exception | None = None,
+) -> Router:
     def job(job_id: str) -> dict[str, Any]:
         if failure is not None:
             raise failure
@@ -38,15 +42,24 @@ def routes(token: str | None = TOKEN, health: tuple[bool, str] = (True, "2 worke
             raise failure
         return {"id": job_id, "canceled": True, "state": "canceled"}
 
-    return service_routes(Router(), ServiceEndpoints(
-        metrics=lambda: b"# metrics\n", health=lambda: health, get_job=job,
-        cancel_job=cancel, token=token))
+    return service_routes(
+        Router(),
+        ServiceEndpoints(
+            metrics=lambda: b"# metrics\n",
+            health=lambda: health,
+            get_job=job,
+            cancel_job=cancel,
+            token=token,
+        ),
+    )
 
 
 def test_healthz_and_metrics_keep_their_shapes() -> None:
     assert call(routes(), "GET", "/healthz") == (200, {"ok": True, "reason": "2 workers running"})
-    assert call(routes(health=(False, "stopping (graceful)")), "GET", "/healthz") == \
-        (503, {"ok": False, "reason": "stopping (graceful)"})
+    assert call(routes(health=(False, "stopping (graceful)")), "GET", "/healthz") == (
+        503,
+        {"ok": False, "reason": "stopping (graceful)"},
+    )
     response = routes().dispatch(Request("GET", "/metrics", "/metrics", {}, ()))
     assert response.status == 200 and response.body == b"# metrics\n"
     assert response.content_type.startswith("text/plain; version=0.0.4")
@@ -56,8 +69,10 @@ def test_healthz_and_metrics_keep_their_shapes() -> None:
 def test_job_endpoints_need_the_token() -> None:
     router = routes()
     assert call(router, "GET", f"/jobs/{JOB}", TOKEN) == (200, {"id": JOB, "state": "pending"})
-    assert call(router, "POST", f"/jobs/{JOB}/cancel", TOKEN) == \
-        (200, {"id": JOB, "canceled": True, "state": "canceled"})
+    assert call(router, "POST", f"/jobs/{JOB}/cancel", TOKEN) == (
+        200,
+        {"id": JOB, "canceled": True, "state": "canceled"},
+    )
     for token in (None, "wrong"):
         assert call(router, "GET", f"/jobs/{JOB}", token)[0] == 401
         assert call(router, "POST", f"/jobs/{JOB}/cancel", token)[0] == 401
@@ -75,8 +90,9 @@ def test_without_a_token_the_job_endpoints_are_disabled() -> None:
 def test_an_outage_shows_a_fixed_text_and_a_missing_job_is_404() -> None:
     status, body = call(routes(failure=StoreUnavailable(DB_TEXT)), "GET", f"/jobs/{JOB}", TOKEN)
     assert (status, body) == (503, {"error": "database unavailable"})
-    status, body = call(routes(failure=JobNotFound(f"no job with id {JOB}")), "POST",
-                        f"/jobs/{JOB}/cancel", TOKEN)
+    status, body = call(
+        routes(failure=JobNotFound(f"no job with id {JOB}")), "POST", f"/jobs/{JOB}/cancel", TOKEN
+    )
     assert status == 404 and JOB in body["error"]
 
 

@@ -96,7 +96,19 @@ def run(claim: brooq.Claim) -> None:
     side(claim.id, claim.attempt, "ok")
 
 
-queue.register(TOPIC, run, max_attempts=MAX_ATTEMPTS, attempt_timeout=ATTEMPT_TIMEOUT_S,
-               backoff_base="10ms", backoff_max="100ms")
-queue.register(POISON_TOPIC, run, max_attempts=POISON_MAX_ATTEMPTS,
-               attempt_timeout=ATTEMPT_TIMEOUT_S, backoff_base="10ms", backoff_max="50ms")
+queue.register(
+    TOPIC,
+    run,
+    max_attempts=MAX_ATTEMPTS,
+    attempt_timeout=ATTEMPT_TIMEOUT_S,
+    backoff_base="10ms",
+    backoff_max="100ms",
+)
+queue.register(
+    POISON_TOPIC,
+    run,
+    max_attempts=POISON_MAX_ATTEMPTS,
+    attempt_timeout=ATTEMPT_TIMEOUT_S,
+    backoff_base="10ms",
+    backoff_max="50ms",
+)

@@ -24,6 +24,7 @@ class BrokenStr(Exception):
 def _raise(error: BaseException) -> Any:
     def handler(claim: brooq.Claim) -> None:
         raise error
+
     return handler
 
 

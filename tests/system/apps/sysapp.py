@@ -83,5 +83,12 @@ def run(claim: brooq.Claim) -> None:
 
 queue.register("work", run)
 queue.register("poison", run, max_attempts=3, backoff_base="20ms", backoff_max="50ms")
-queue.register("hung", run, attempt_timeout="1s", watchdog_grace="1s", max_attempts=3,
-               backoff_base="1m", backoff_max="1m")
+queue.register(
+    "hung",
+    run,
+    attempt_timeout="1s",
+    watchdog_grace="1s",
+    max_attempts=3,
+    backoff_base="1m",
+    backoff_max="1m",
+)

@@ -8,8 +8,9 @@ import brooq
 
 queue = brooq.Queue(os.environ["DATABASE_URL"])
 
-queue.periodic("* * * * *", topic="tick", name="every-minute", payload={"from": "cron"},
-               missed="latest")
+queue.periodic(
+    "* * * * *", topic="tick", name="every-minute", payload={"from": "cron"}, missed="latest"
+)
 
 
 @queue.kind("tick")
