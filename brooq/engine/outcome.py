@@ -14,6 +14,7 @@ from brooq.vocabulary import (
     CancelJob,
     Delay,
     Interrupted,
+    InvalidJob,
     JobCanceledWhileRunning,
     KindOptions,
     LeaseLost,
@@ -82,8 +83,19 @@ def bounded(text: str, limit: int) -> str:
 
 
 def clean_reason(reason: str) -> str:
-    """A cancel reason as every store writes it: safe text, at most LAST_ERROR_MAX_CHARS."""
-    return bounded(safe_text(reason), LAST_ERROR_MAX_CHARS)
+    """A cancel reason as every store writes it: at most LAST_ERROR_MAX_CHARS.
+
+    Raises InvalidJob for what PostgreSQL cannot store as text (a lone
+    surrogate, a NUL character): the caller's input, refused before anything
+    is written.
+    """
+    if not isinstance(reason, str):
+        raise InvalidJob(f"a cancel reason must be a string, not {type(reason).__name__}")
+    if "\x00" in reason:
+        raise InvalidJob("the cancel reason holds a NUL character, which PostgreSQL rejects")
+    if not reason.isprintable() and any("\ud800" <= c <= "\udfff" for c in reason):
+        raise InvalidJob("the cancel reason holds a lone surrogate, which is not valid UTF-8")
+    return bounded(reason, LAST_ERROR_MAX_CHARS)
 
 
 def describe_error(error: BaseException) -> str:

@@ -23,6 +23,7 @@ from brooq.vocabulary import (
     CancelJob,
     Claim,
     Delay,
+    InvalidJob,
     Job,
     JobNotFound,
     KindOptions,
@@ -955,3 +956,12 @@ def test_duplicates_inside_one_batch(env: Env) -> None:
     assert len({ids[0], ids[2], ids[3], ids[4], ids[5], existing.id}) == 6
     assert store.get(ids[0]).payload == 1
     assert env.count() == 6
+
+
+@pytest.mark.parametrize("reason", ["bad \udcff", "nul \x00 inside"])
+def test_a_cancel_reason_postgresql_cannot_store_is_refused(env: Env, reason: str) -> None:
+    store = env.store
+    job_id = enqueue(store)
+    with pytest.raises(InvalidJob):
+        store.cancel(job_id, reason)
+    assert store.get(job_id).state is State.PENDING

@@ -468,16 +468,20 @@ def test_hostile_cli_input_is_refused_with_exit_2_and_no_traceback(
         assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-500:]
     assert count(pg) == 0, "a refused job was written"
 
-    # A cancel reason with a lone surrogate is kept, escaped; the row shows it on one line.
+    # A cancel reason with a lone surrogate is refused (exit 2), the job untouched; one with
+    # terminal escapes and a newline is kept, and the row still shows on one line each.
     (job_id,) = insert_jobs(pg, "ok", [1])
-    done = run_cli(dsn, tmp_path, "cancel", job_id, "--reason", "bad \udcff\x1b[2J\nstate done")
+    done = run_cli(dsn, tmp_path, "cancel", job_id, "--reason", "bad \udcff")
+    assert done.returncode == 2 and "lone surrogate" in done.stderr, done.stderr[-500:]
+    assert row(pg, job_id)["state"] == "pending"
+    done = run_cli(dsn, tmp_path, "cancel", job_id, "--reason", "bad \x1b[2J\nstate done")
     assert done.returncode == 0, done.stderr
     shown = run_cli(dsn, tmp_path, "job", job_id)
     assert "\x1b" not in shown.stdout
     assert [ln for ln in shown.stdout.splitlines() if ln.startswith("state")] == [
         "state            canceled"
     ], shown.stdout
-    assert "bad \\udcff" in row(pg, job_id)["last_error"]
+    assert "bad \x1b[2J\nstate done" in row(pg, job_id)["last_error"]
 
 
 @pytest.mark.timeout(120)
