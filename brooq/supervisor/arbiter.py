@@ -17,33 +17,24 @@ import queue as stdqueue
 import select
 import signal
 import time
-from datetime import timedelta
 from enum import StrEnum
 from types import FrameType
 
 from brooq import metrics as prom
 from brooq import osproc
 from brooq.config import Settings
-from brooq.engine.periodic import PeriodicScheduler
-from brooq.engine.reaper import Reaper
-from brooq.engine.retention import Retention
-from brooq.engine.timer import Every
 from brooq.logs import event
 from brooq.postgres.inspection import PostgresInspection
-from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
-from brooq.supervisor import protocol, reload
+from brooq.supervisor import protocol, reload, services
 from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Kill
 from brooq.supervisor.completer import Completer
 from brooq.supervisor.database import DatabaseThread, Lanes
-from brooq.supervisor.dispatch import Dispatcher
 from brooq.supervisor.exits import Exits
 from brooq.supervisor.held import HeldJobs
 from brooq.supervisor.leases import Holdings, LeaseKeeper
-from brooq.supervisor.maintenance import Maintenance
 from brooq.supervisor.notices import Notices
 from brooq.supervisor.processes import Processes
-from brooq.supervisor.producer import Producer
 from brooq.supervisor.registration import Registration
 from brooq.supervisor.slots import SlotState
 from brooq.supervisor.surface import Surface
@@ -104,15 +95,7 @@ class Supervisor:
         self.generation = 0
         self.stopping: Stopping | None = None
         self.stop_deadline = 0.0
-        lease = settings.lease
-        bound = max(lease / 3, timedelta(seconds=5))
-        self.store = PostgresStore(
-            dsn,
-            notify=settings.notify,
-            max_payload_bytes=settings.max_payload_bytes,
-            statement_timeout=bound,
-        )
-        self.claims_store = PostgresStore(dsn, statement_timeout=bound)
+        self.store, self.claims_store = services.open_stores(settings, dsn)
         self.holdings = Holdings()
         self.surface: Surface | None = None
         self.readable: set[int] = set()
@@ -165,54 +148,21 @@ class Supervisor:
 
     def start_services(self) -> None:
         """The database and LISTEN threads, and the services that use them."""
-        s, lease = self.settings, self.settings.lease
-        stuck_after = max(2.0, lease.total_seconds() / 6)
+        s = self.settings
+        stuck_after = max(2.0, s.lease.total_seconds() / 6)
         self.db = Lanes(
             DatabaseThread(self.claims_store.connector, stuck_after),
             DatabaseThread(self.store.connector, stuck_after),
         )
         self.inspection = PostgresInspection(self.store.connector)
         self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval)
-        limits = {
-            t: n
-            for t in self.queue.registry.topics()
-            if (n := self.queue.registry.options(t).max_running)
-        }
-        prefetch = len(self.slots) if s.prefetch is None else s.prefetch
-        self.producer = Producer(
-            self.claims_store,
-            self.db.claims,
-            self.holder,
-            lease,
-            sorted({slot.group for slot in self.slots}),
-            limits,
-            prefetch,
-            s.poll_interval,
-            max_wait=max(1.0, 2 * s.poll_interval.total_seconds()),
-            on_claimed=self.held.claimed,
-        )
+        self.producer = services.producer_for(self)
         self.completer = Completer(self.store, self.db.writes, self.held.flushed)
         self.leases = LeaseKeeper(
-            self.claims_store, self.db.claims, self.holdings, lease, self.held.lost
+            self.claims_store, self.db.claims, self.holdings, s.lease, self.held.lost
         )
-        self.dispatcher = Dispatcher(
-            self.queue.registry,
-            self.producer,
-            self.completer,
-            self.holdings,
-            self.metrics,
-            lease.total_seconds(),
-            self.workers.retire,
-        )
-        self.maintenance = Maintenance(
-            self.db.writes,
-            Reaper(self.store, Every(s.reaper_period), s.max_expirations),
-            Retention(self.store, s.retention_ttl, s.retention_batch, Every(s.retention_period)),
-            PeriodicScheduler(
-                self.queue.schedules, self.store.enqueue_many, self.store.last_scheduled_run
-            ),
-            self.metrics,
-        )
+        self.dispatcher = services.dispatcher_for(self)
+        self.maintenance = services.maintenance_for(self)
         self.registration = Registration(self)  # brooq_supervisor row: `brooq workers`
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
