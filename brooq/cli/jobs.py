@@ -128,13 +128,26 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def presented(record: JobRecord) -> dict[str, Any]:
+    """A row as `brooq job` shows it: only a processing row is locked.
+
+    Elsewhere ``locked_by`` and ``locked_until`` are empty and ``last_holder``
+    names who ran the last attempt (the column keeps it for the record).
+    """
+    row = record.as_dict()
+    row["last_holder"] = row["locked_by"]
+    if row["state"] != "processing":
+        row["locked_by"] = row["locked_until"] = None
+    return row
+
+
 def job_lines(record: JobRecord) -> list[str]:
     """The text form of a row: one ``key  value`` line each, data escaped."""
-    row = record.as_dict()
+    row = presented(record)
     if row["state"] != "processing":
-        # Only a processing row is locked; elsewhere these name the last holder.
-        row["locked_until"] = None
-        row["last_holder"] = row.pop("locked_by")
+        row.pop("locked_by")
+    else:
+        row.pop("last_holder")
     trace = row.pop("last_traceback", None)
     if row.get("payload_error") is None:
         row.pop("payload_error", None)  # only a payload Python cannot decode has one
@@ -157,7 +170,7 @@ def cmd_job(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         store.close()
     if args.json:
-        print_json(record.as_dict())
+        print_json(presented(record))
     else:
         print("\n".join(job_lines(record)))
     return 0

@@ -128,6 +128,9 @@ def test_a_settled_row_does_not_look_locked(
         fields[key] = value
     assert "locked_by" not in fields and fields["last_holder"].strip() == "host-a:1:x"
     assert fields["locked_until"].strip() == ""
+    as_json = json.loads(run_cli(dsn, tmp_path, "job", job_id, "--json").stdout)
+    assert (as_json["locked_by"], as_json["locked_until"]) == (None, None)
+    assert as_json["last_holder"] == "host-a:1:x"
     running = pg.execute(
         "INSERT INTO job (topic, payload, state, attempts, locked_by, locked_until) "
         "VALUES ('email.send', '{}', 'processing', 1, 'host-a:1:x', now() + interval '1 minute')"
