@@ -61,6 +61,12 @@ def guarded(dsn: str) -> Iterator[Served]:
         yield served
 
 
+def wait_text(browser: webdriver.Chrome, element_id: str, text: str) -> None:
+    """Wait until the page a click led to shows ``text`` in ``element_id`` (a click
+    returns before the next page has loaded: reading at once may read the old one)."""
+    WebDriverWait(browser, 10).until(ec.text_to_be_present_in_element((By.ID, element_id), text))
+
+
 def shot(browser: webdriver.Chrome, tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.png"
     assert browser.save_screenshot(str(path)), name
@@ -124,7 +130,9 @@ def test_filtering_the_job_list(
         r.get_attribute("data-id")
         for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-id]")
     ]
-    browser.find_element(By.ID, "next").click()
+    old_page = browser.find_element(By.ID, "next")
+    old_page.click()
+    WebDriverWait(browser, 10).until(ec.staleness_of(old_page))
     second = [
         r.get_attribute("data-id")
         for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-id]")
@@ -143,14 +151,14 @@ def test_a_retry_through_the_page_with_the_token(
     shot(browser, tmp_path, "login")
     browser.find_element(By.ID, "token").send_keys(TOKEN)
     browser.find_element(By.ID, "login").click()
-    assert "actions enabled" in browser.find_element(By.ID, "access").text
+    wait_text(browser, "access", "actions enabled")
     browser.get(f"{guarded.url}/ui/jobs/{job}")
     assert browser.find_element(By.ID, "job-state").text == "dead"
     assert "ValueError: no such address" in browser.find_element(By.ID, "last-error").text
     assert "Traceback" in browser.find_element(By.ID, "traceback").text
     shot(browser, tmp_path, "job")
     browser.find_element(By.ID, "retry").click()
-    assert "Retry job" in browser.find_element(By.ID, "question").text
+    wait_text(browser, "question", "Retry job")
     assert state_of(pg, job) == "dead"  # nothing changes before the confirmation
     shot(browser, tmp_path, "confirm")
     browser.find_element(By.ID, "confirm").click()
@@ -163,7 +171,7 @@ def test_a_retry_through_the_page_with_the_token(
     # Bulk retry of the filtered dead jobs, confirmed.
     browser.get(f"{guarded.url}/ui/jobs?state=dead&topic=email.send")
     browser.find_element(By.ID, "bulk-retry").click()
-    assert "Retry 1 dead job" in browser.find_element(By.ID, "question").text
+    wait_text(browser, "question", "Retry 1 dead job")
     browser.find_element(By.ID, "confirm").click()
     WebDriverWait(browser, 10).until(
         ec.text_to_be_present_in_element((By.ID, "notice"), "retried 1 job")
