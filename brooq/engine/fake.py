@@ -338,31 +338,25 @@ class InMemoryStore:
             pending: Counter[str] = Counter()
             dead: Counter[str] = Counter()
             for row in expired[:batch]:
-                count, streak = row.expirations + 1, row.expiry_streak + 1
+                streak = row.expiry_streak + 1
+                returned = replace(
+                    row,
+                    expirations=row.expirations + 1,
+                    expiry_streak=streak,
+                    locked_until=None,
+                    available_at=now,
+                    updated_at=now,
+                )
                 if max_expirations and streak >= max_expirations:
-                    self.rows[row.id] = replace(
-                        row,
-                        state=State.DEAD,
-                        expirations=count,
-                        expiry_streak=streak,
-                        locked_until=None,
-                        available_at=now,
-                        updated_at=now,
-                        last_error=expired_text(streak, row),
+                    # Dead keeps its last holder, as PostgreSQL's statement does.
+                    returned = replace(
+                        returned, state=State.DEAD, last_error=expired_text(streak, row)
                     )
                     dead[row.topic] += 1
                 else:
-                    self.rows[row.id] = replace(
-                        row,
-                        state=State.PENDING,
-                        expirations=count,
-                        expiry_streak=streak,
-                        locked_by=None,
-                        locked_until=None,
-                        available_at=now,
-                        updated_at=now,
-                    )
+                    returned = replace(returned, state=State.PENDING, locked_by=None)
                     pending[row.topic] += 1
+                self.rows[row.id] = returned
             return Requeued(_counts(pending), _counts(dead))
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:

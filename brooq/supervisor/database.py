@@ -75,10 +75,6 @@ class DatabaseThread:
     last_failed: float = 0.0
     """``time.monotonic()`` of the last task that met an outage."""
 
-    def answering(self, now: float, silent_s: float) -> bool:
-        """True when the last task met no outage and one finished within ``silent_s``."""
-        return self.last_ok > self.last_failed and now - self.last_ok < silent_s
-
     def __post_init__(self) -> None:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)

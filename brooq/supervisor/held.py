@@ -80,8 +80,7 @@ class HeldJobs:
         for job_id, (held, due) in list(self.suspects.items()):
             child = sup.workers.running(job_id)
             if child is not None and now < due:
-                sup.read_worker(child, now)
-                continue
+                continue  # its report, if any, is read with every other in read_workers
             del self.suspects[job_id]
             if child is not None and child.job and child.job.claimed.ticket == held.ticket:
                 sup.metrics.lease_lost.labels(topic=held.topic).inc()
