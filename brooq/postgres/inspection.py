@@ -23,8 +23,8 @@ from brooq.engine.inspection import (
     WorkerSnapshot,
 )
 from brooq.postgres.connect import Connector, Source
+from brooq.postgres.rows import record
 from brooq.postgres.sql import sql
-from brooq.postgres.store import record
 from brooq.vocabulary import JobNotFound, JobRecord, parse_job_id
 
 READ_TIMEOUT = timedelta(seconds=5)

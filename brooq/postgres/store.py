@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import time
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeGuard
 
@@ -19,8 +16,19 @@ from psycopg_pool import ConnectionPool
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
 from brooq.postgres.connect import Connector, Source
-from brooq.postgres.dsn import dsn_passwords, scrub
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
+from brooq.postgres.rows import (
+    Row,
+    claimed_rows,
+    hidden,
+    like_prefix,
+    outcomes_json,
+    passwords_of,
+    record,
+    settle_params,
+    ticket_arrays,
+    topic_counts,
+)
 from brooq.postgres.sql import sql
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -30,130 +38,12 @@ from brooq.vocabulary import (
     JobRecord,
     Schedule,
     SettleHook,
-    State,
-    decode_stored_payload,
     parse_job_id,
 )
 
-Row = tuple[Any, ...]
+__all__ = ["PostgresStore", "is_database_source"]
+
 DEADLOCK_RETRIES = 5
-
-
-def record(row: Mapping[str, Any]) -> JobRecord:
-    """A JobRecord from a row of the ``get`` statement (its payload still JSON text)."""
-    payload, error = decode_stored_payload(row["payload"])
-    return JobRecord(
-        **{
-            **row,
-            "id": str(row["id"]),
-            "state": State(row["state"]),
-            "payload": payload,
-            "payload_error": error,
-        }
-    )
-
-
-def _claimed(rows: Iterable[Row], holder: str) -> list[Claimed]:
-    # RETURNING does not keep the ORDER BY of the subquery: restore the claim order.
-    ordered = sorted(rows, key=lambda r: (-r[6], r[7], str(r[0])))
-    return [
-        Claimed(
-            Ticket(str(job_id), holder, attempts),
-            topic,
-            payload,
-            locked_until,
-            expirations,
-            priority,
-            available_at,
-        )
-        for (
-            job_id,
-            topic,
-            payload,
-            attempts,
-            expirations,
-            locked_until,
-            priority,
-            available_at,
-        ) in ordered
-    ]
-
-
-def _secrets_of(source: str | ConnectionPool | psycopg.Connection[Any]) -> list[str]:
-    """The password(s) a store's own error texts must never carry."""
-    if isinstance(source, str):
-        return dsn_passwords(source)
-    if isinstance(source, ConnectionPool):
-        conninfo = source.conninfo  # may be a callable, which we do not call
-        return dsn_passwords(conninfo) if isinstance(conninfo, str) else []
-    try:
-        password = source.info.password
-    except psycopg.Error:
-        return []
-    return [password] if password else []
-
-
-def _hidden(outcome: Outcome, secrets: Sequence[str]) -> Outcome:
-    """``outcome`` with DSN passwords hidden in its error and traceback: a handler that
-    failed to connect somewhere often quotes the DSN, password and all."""
-    if outcome.error is None and outcome.traceback is None:
-        return outcome
-    return replace(
-        outcome,
-        error=outcome.error and scrub(outcome.error, secrets),
-        traceback=outcome.traceback and scrub(outcome.traceback, secrets),
-    )
-
-
-def _settle_params(ticket: Ticket, outcome: Outcome) -> dict[str, Any]:
-    return {
-        "id": ticket.job_id,
-        "holder": ticket.holder,
-        "attempt": ticket.attempt,
-        "state": str(outcome.state),
-        "refund": 1 if outcome.refund_attempt else 0,
-        "retry_in": outcome.retry_in or timedelta(0),
-        "error": outcome.error,
-        "traceback": outcome.traceback,
-    }
-
-
-def _outcomes_json(settles: Sequence[tuple[Ticket, Outcome]]) -> str:
-    """The outcomes of ``settle_many`` as one JSON array (PostgreSQL parses it fast)."""
-    return json.dumps(
-        [
-            {
-                "id": t.job_id,
-                "holder": t.holder,
-                "attempt": t.attempt,
-                "state": str(o.state),
-                "refund": 1 if o.refund_attempt else 0,
-                "retry_s": (o.retry_in or timedelta(0)).total_seconds(),
-                "error": o.error,
-                "traceback": o.traceback,
-            }
-            for t, o in sorted(settles, key=lambda s: s[0].job_id)  # one lock order: no deadlock
-            if o.kind is not SettleKind.ABANDON
-        ],
-        ensure_ascii=False,
-    )
-
-
-def _like_prefix(prefix: str) -> str:
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return escaped + "%"
-
-
-def _ticket_arrays(tickets: Sequence[Ticket]) -> dict[str, list[Any]]:
-    return {
-        "ids": [t.job_id for t in tickets],
-        "holders": [t.holder for t in tickets],
-        "attempts": [t.attempt for t in tickets],
-    }
-
-
-def _counts(topics: Iterable[str]) -> list[TopicCount]:
-    return [TopicCount(t, n) for t, n in sorted(Counter(topics).items())]
 
 
 class PostgresStore:
@@ -175,7 +65,7 @@ class PostgresStore:
         prepare: bool = True,
     ) -> None:
         self.connector = Connector(Source(source, statement_timeout, prepare))
-        self._secrets = _secrets_of(source)
+        self._secrets = passwords_of(source)
         self._turn = False
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
@@ -248,7 +138,7 @@ class PostgresStore:
         else:
             statement, params["topics"] = sql("claim_topics"), list(topics)
         with self.connector.connection() as conn:
-            return _claimed(conn.execute(statement, params).fetchall(), holder)
+            return claimed_rows(conn.execute(statement, params).fetchall(), holder)
 
     def _claim_capped(
         self,
@@ -271,7 +161,7 @@ class PostgresStore:
             }
             with self.connector.connection() as conn, conn.transaction():
                 conn.execute(sql("lock_topic"), {"topic": topic})
-                out.extend(_claimed(conn.execute(sql("claim_topic_limited"), params), holder))
+                out.extend(claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder))
         return out
 
     def settle(
@@ -284,7 +174,7 @@ class PostgresStore:
         """Write the outcome if the ticket still holds the job; chain and hooks in the same tx."""
         if outcome.kind is SettleKind.ABANDON:
             return False
-        params = _settle_params(ticket, _hidden(outcome, self._secrets))
+        params = settle_params(ticket, hidden(outcome, self._secrets))
         with_effects = outcome.kind is SettleKind.DONE and (chain or hooks)
         with self.connector.connection() as conn:
             if not with_effects:
@@ -321,7 +211,7 @@ class PostgresStore:
         reaper updating the same rows in another order); it rolled back whole
         and the fence makes running it again safe.
         """
-        outcomes = _outcomes_json([(t, _hidden(o, self._secrets)) for t, o in settles])
+        outcomes = outcomes_json([(t, hidden(o, self._secrets)) for t, o in settles])
         if outcomes == "[]":
             return set()
         rows = self._retrying(sql("settle_many"), {"outcomes": outcomes})
@@ -346,14 +236,14 @@ class PostgresStore:
         """Extend every lease still held, in one statement; return the ids extended."""
         if not tickets:
             return set()
-        params = {"lease": lease, **_ticket_arrays(sorted(tickets))}
+        params = {"lease": lease, **ticket_arrays(sorted(tickets))}
         return {str(r[0]) for r in self._retrying(sql("heartbeat"), params)}
 
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held jobs to ``pending`` and give back the attempt; ids released."""
         if not tickets:
             return set()
-        params = _ticket_arrays(sorted(tickets))
+        params = ticket_arrays(sorted(tickets))
         return {str(r[0]) for r in self._retrying(sql("release"), params)}
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
@@ -366,8 +256,8 @@ class PostgresStore:
         params = {"max_expirations": max_expirations, "batch": batch}
         rows = self._retrying(sql("requeue_expired"), params)
         return Requeued(
-            _counts(t for t, s in rows if s == "pending"),
-            _counts(t for t, s in rows if s == "dead"),
+            topic_counts(t for t, s in rows if s == "pending"),
+            topic_counts(t for t, s in rows if s == "dead"),
         )
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
@@ -376,7 +266,7 @@ class PostgresStore:
             raise ValueError("retention TTL must be positive; 0 disables retention")
         with self.connector.connection() as conn, conn.transaction():
             rows = conn.execute(sql("delete_terminal"), {"ttl": ttl, "batch": batch}).fetchall()
-        return _counts(r[0] for r in rows)
+        return topic_counts(r[0] for r in rows)
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
@@ -401,7 +291,7 @@ class PostgresStore:
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """When the latest run of ``schedule`` still in the table was due."""
-        params = {"topic": schedule.topic, "key_prefix": _like_prefix(schedule.key_prefix)}
+        params = {"topic": schedule.topic, "key_prefix": like_prefix(schedule.key_prefix)}
         with self.connector.connection() as conn:
             row = conn.execute(sql("last_scheduled_run"), params).fetchone()
         return row[0] if row else None

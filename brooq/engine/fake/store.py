@@ -1,0 +1,205 @@
+"""The in-memory Store: enqueue, claim and settle with the PostgreSQL store's semantics.
+
+The same contract tests and state machine run against this fake and the real
+store, so what passes here is known to hold there. Where the fake cannot
+behave like PostgreSQL it fails loudly instead of pretending: it cannot join
+a caller's transaction (``enqueue(conn=…)``), and settle hooks get a
+:class:`RecordingConnection` that records each statement instead of running
+it. Time comes from an injectable clock, so tests can expire leases without
+sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from brooq.engine.fake.recording import RecordingConnection
+from brooq.engine.fake.upkeep import FakeUpkeep
+from brooq.engine.outcome import Outcome, SettleKind
+from brooq.engine.store import Claimed, SettleHookFailed, Ticket
+from brooq.vocabulary import (
+    CLAIMABLE_STATES,
+    Enqueued,
+    Job,
+    JobRecord,
+    NeedsDatabase,
+    SettleHook,
+    State,
+)
+
+
+class InMemoryStore(FakeUpkeep):
+    """A thread-safe in-memory implementation of the Store port."""
+
+    def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
+        """Insert jobs, deduplicating per (topic, idempotency_key).
+
+        ``conn`` is refused: the fake has no transaction of yours to join, and
+        silently committing would hide a rollback your code relies on.
+        """
+        if conn is not None:
+            raise NeedsDatabase(
+                "the in-memory store cannot enqueue inside your database transaction "
+                "(conn=...); test that path against PostgreSQL (brooq.Queue(dsn)), or enqueue "
+                "without conn= here"
+            )
+        with self._lock:
+            return [self._enqueue_one(job) for job in jobs]
+
+    async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
+        """Refused: the in-memory store has no asyncio transaction to join."""
+        raise NeedsDatabase(
+            "the in-memory store cannot enqueue on an asyncio connection (enqueue_async); "
+            "test that path against PostgreSQL (brooq.Queue(dsn))"
+        )
+
+    def claim(
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
+        limits: Mapping[str, int] | None = None,
+    ) -> Claimed | None:
+        """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
+        claimed = self.claim_many(holder, topics, lease, 1, limits)
+        return claimed[0] if claimed else None
+
+    def claim_many(
+        self,
+        holder: str,
+        topics: Sequence[str],
+        lease: timedelta,
+        limit: int,
+        limits: Mapping[str, int] | None = None,
+    ) -> list[Claimed]:
+        """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits``."""
+        with self._lock:
+            now, limits = self.now(), limits or {}
+            running = Counter(r.topic for r in self.rows.values() if r.state is State.PROCESSING)
+            ready = sorted(
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
+                ),
+                key=lambda r: (-r.priority, r.available_at, r.id),
+            )
+            out: list[Claimed] = []
+            for row in ready:
+                if len(out) >= limit:
+                    break
+                if row.topic in limits and running[row.topic] >= limits[row.topic]:
+                    continue
+                running[row.topic] += 1
+                out.append(self._take(row, holder, lease, now))
+            return out
+
+    def _take(self, row: JobRecord, holder: str, lease: timedelta, now: datetime) -> Claimed:
+        row = replace(
+            row,
+            state=State.PROCESSING,
+            locked_by=holder,
+            locked_until=now + lease,
+            attempts=row.attempts + 1,
+            updated_at=now,
+        )
+        self.rows[row.id] = row
+        return Claimed(
+            Ticket(row.id, holder, row.attempts),
+            row.topic,
+            json.dumps(row.payload, ensure_ascii=False),
+            now + lease,
+            row.expirations,
+            row.priority,
+            row.available_at,
+        )
+
+    def settle(
+        self,
+        ticket: Ticket,
+        outcome: Outcome,
+        chain: Sequence[Job] = (),
+        hooks: Sequence[SettleHook] = (),
+    ) -> bool:
+        """Write the outcome if the ticket still holds the row."""
+        with self._lock:
+            row = self._held(ticket)
+            if row is None or outcome.kind is SettleKind.ABANDON:
+                return False
+            if outcome.kind is SettleKind.DONE:
+                self._run_hooks(chain, hooks)
+            self.rows[row.id] = self._settled(row, outcome, self.now())
+            return True
+
+    def _settled(self, row: JobRecord, outcome: Outcome, now: datetime) -> JobRecord:
+        changes: dict[str, Any] = {"state": outcome.state, "updated_at": now, "expiry_streak": 0}
+        if outcome.error is not None:
+            changes["last_error"] = outcome.error
+            changes["last_traceback"] = outcome.traceback
+        if outcome.refund_attempt:
+            changes["attempts"] = max(row.attempts - 1, row.expirations)
+        if outcome.kind is SettleKind.FAILED:
+            changes["available_at"] = now + (outcome.retry_in or timedelta(0))
+        return replace(row, **changes)
+
+    def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
+        """Write plain outcomes; the ids of the rows still held (and now written)."""
+        with self._lock:
+            written, now = set(), self.now()  # one statement: one now() for every row
+            for ticket, outcome in settles:
+                row = self._held(ticket)
+                if row is not None and outcome.kind is not SettleKind.ABANDON:
+                    self.rows[row.id] = self._settled(row, outcome, now)
+                    written.add(row.id)
+            return written
+
+    def _run_hooks(self, chain: Sequence[Job], hooks: Sequence[SettleHook]) -> None:
+        conn = RecordingConnection()
+        saved = dict(self.rows)
+        try:
+            for job in chain:
+                self._enqueue_one(job)
+            for hook in hooks:
+                hook(conn)
+        except BaseException as exc:
+            # Like the real transaction: any exception rolls back what the hooks wrote.
+            self.rows = saved
+            if not isinstance(exc, Exception):
+                raise
+            raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
+        self.executed.extend(conn.executed)
+
+    def heartbeat(self, tickets: Sequence[Ticket], lease: timedelta) -> set[str]:
+        """Extend the leases still held by their tickets."""
+        with self._lock:
+            kept = set()
+            for ticket in tickets:
+                row = self._held(ticket)
+                if row is not None:
+                    self.rows[row.id] = replace(row, locked_until=self.now() + lease)
+                    kept.add(row.id)
+            return kept
+
+    def release(self, tickets: Sequence[Ticket]) -> set[str]:
+        """Return held rows to pending and give back their attempt."""
+        with self._lock:
+            now = self.now()  # one statement in PostgreSQL: one now() for every row
+            return {row.id for t in tickets if (row := self._held(t)) and self._give_back(row, now)}
+
+    def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
+        """Give back every row ``holder`` holds that is not in ``known``."""
+        with self._lock:
+            keep, now = set(known), self.now()
+            return {
+                row.id
+                for row in list(self.rows.values())
+                if row.state is State.PROCESSING
+                and row.locked_by == holder
+                and row.id not in keep
+                and self._give_back(row, now)
+            }

@@ -1,0 +1,96 @@
+"""The in-memory store's table: its rows, its clock and lock, and the reads every half shares."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from brooq.engine.fake.recording import Executed
+from brooq.engine.store import Ticket
+from brooq.vocabulary import (
+    Enqueued,
+    Job,
+    JobNotFound,
+    JobRecord,
+    State,
+    decode_payload,
+    encode_payload,
+    new_job_id,
+    parse_job_id,
+)
+
+
+class FakeTable:
+    """The rows of the in-memory ``job`` table, guarded by one lock, on an injectable clock."""
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        self.rows: dict[str, JobRecord] = {}
+        self.executed: list[Executed] = []
+        """Statements that committed settle hooks ran on their RecordingConnection."""
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._lock = threading.RLock()
+
+    def now(self) -> datetime:
+        """The store's current time."""
+        return self._clock()
+
+    def get(self, job_id: str) -> JobRecord:
+        """The row of ``job_id``; JobNotFound when there is none."""
+        try:
+            key = parse_job_id(job_id)
+        except ValueError as exc:
+            raise JobNotFound(str(exc)) from None
+        with self._lock:
+            try:
+                return self.rows[key]
+            except KeyError:
+                raise JobNotFound(f"no job with id {key}") from None
+
+    def _held(self, ticket: Ticket) -> JobRecord | None:
+        row = self.rows.get(ticket.job_id)
+        if (
+            row is None
+            or row.state is not State.PROCESSING
+            or row.locked_by != ticket.holder
+            or row.attempts != ticket.attempt
+        ):
+            return None
+        return row
+
+    def _enqueue_one(self, job: Job) -> Enqueued:
+        if job.idempotency_key is not None:
+            for row in self.rows.values():
+                if row.topic == job.topic and row.idempotency_key == job.idempotency_key:
+                    return Enqueued(row.id, False, row.state)
+        now = self.now()
+        row = JobRecord(
+            id=new_job_id(),
+            topic=job.topic,
+            payload=decode_payload(encode_payload(job.payload)),
+            state=State.PENDING,
+            attempts=0,
+            available_at=job.available_at or now,
+            locked_by=None,
+            locked_until=None,
+            idempotency_key=job.idempotency_key,
+            priority=job.priority,
+            last_error=None,
+            created_at=now,
+            updated_at=now,
+        )
+        self.rows[row.id] = row
+        return Enqueued(row.id, True)
+
+    def _give_back(self, row: JobRecord, now: datetime) -> bool:
+        self.rows[row.id] = replace(
+            row,
+            state=State.PENDING,
+            attempts=max(row.attempts - 1, row.expirations),
+            locked_by=None,
+            locked_until=None,
+            available_at=now,
+            updated_at=now,
+        )
+        return True

@@ -1,0 +1,112 @@
+"""The in-memory store's upkeep: the reaper, retention, cancel and the schedules' reads."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from brooq.engine.fake.table import FakeTable
+from brooq.engine.outcome import clean_reason
+from brooq.engine.store import Requeued, TopicCount
+from brooq.vocabulary import TERMINAL_STATES, JobRecord, Schedule, State
+
+
+class FakeUpkeep(FakeTable):
+    """What the supervisor's maintenance and the operators do to the rows, as PostgreSQL does."""
+
+    def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
+        """Return expired processing rows to pending, counting the expiry; dead at the max."""
+        with self._lock:
+            now = self.now()
+            expired = sorted(
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.state is State.PROCESSING
+                    and r.locked_until is not None
+                    and r.locked_until < now
+                ),
+                key=lambda r: r.locked_until or now,
+            )
+            pending: Counter[str] = Counter()
+            dead: Counter[str] = Counter()
+            for row in expired[:batch]:
+                streak = row.expiry_streak + 1
+                returned = replace(
+                    row,
+                    expirations=row.expirations + 1,
+                    expiry_streak=streak,
+                    locked_until=None,
+                    available_at=now,
+                    updated_at=now,
+                )
+                if max_expirations and streak >= max_expirations:
+                    # Dead keeps its last holder, as PostgreSQL's statement does.
+                    returned = replace(
+                        returned, state=State.DEAD, last_error=expired_text(streak, row)
+                    )
+                    dead[row.topic] += 1
+                else:
+                    returned = replace(returned, state=State.PENDING, locked_by=None)
+                    pending[row.topic] += 1
+                self.rows[row.id] = returned
+            return Requeued(_counts(pending), _counts(dead))
+
+    def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
+        """Delete up to ``batch`` terminal rows older than ``ttl``, oldest first."""
+        if ttl <= timedelta(0):
+            raise ValueError("retention TTL must be positive; 0 disables retention")
+        with self._lock:
+            cutoff = self.now() - ttl
+            old = sorted(
+                (
+                    r
+                    for r in self.rows.values()
+                    if r.state in TERMINAL_STATES and r.updated_at < cutoff
+                ),
+                key=lambda r: r.updated_at,
+            )[:batch]
+            for row in old:
+                del self.rows[row.id]
+            return _counts(Counter(row.topic for row in old))
+
+    def cancel(self, job_id: str, reason: str | None = None) -> bool:
+        """Cancel a non-terminal job; False when it is already terminal."""
+        with self._lock:
+            row = self.get(job_id)
+            if row.state in TERMINAL_STATES:
+                return False
+            if reason is not None:  # as PostgreSQL stores it: '' is a reason too
+                reason = "canceled: " + clean_reason(reason)
+            self.rows[row.id] = replace(
+                row,
+                state=State.CANCELED,
+                updated_at=self.now(),
+                last_error=reason if reason is not None else row.last_error,
+            )
+            return True
+
+    def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
+        """The latest available_at among rows keyed by ``schedule``."""
+        with self._lock:
+            times = [
+                r.available_at
+                for r in self.rows.values()
+                if r.topic == schedule.topic
+                and r.idempotency_key
+                and r.idempotency_key.startswith(schedule.key_prefix)
+            ]
+            return max(times, default=None)
+
+
+def expired_text(count: int, row: JobRecord) -> str:
+    """last_error of a job the reaper moved to dead (the same text PostgreSQL writes)."""
+    return (
+        f"lease expired {count} times in a row: its holder died every time it ran "
+        f"(last holder {row.locked_by}); the job may be killing its host"
+    )
+
+
+def _counts(counter: Counter[str]) -> list[TopicCount]:
+    return [TopicCount(t, n) for t, n in sorted(counter.items())]
