@@ -127,6 +127,10 @@ OUTCOMES = ("done", "failed", "delayed", "preserved", "dead", "canceled")
 """Every ``outcome`` label of brooq_settle_total."""
 
 
+_DEFAULT: Any = object()
+"""Metrics() registers in prometheus_client's default registry unless told otherwise."""
+
+
 class Metrics:
     """brooq's metrics, with the names and labels of the design.
 
@@ -135,42 +139,50 @@ class Metrics:
     supervisor at scrape time (:class:`WorkersCollector`).
     """
 
-    def __init__(self) -> None:
-        from prometheus_client import Counter, Histogram
+    def __init__(self, registry: Any = _DEFAULT) -> None:
+        """``registry``: where the metrics are registered (prometheus_client's default;
+        None for the metrics of a unit test, registered nowhere)."""
+        from prometheus_client import REGISTRY, Counter, Histogram
 
-        self.claimed = Counter("brooq_claimed_total", "Jobs claimed (attempts started).", ["topic"])
-        self.settled = Counter(
-            "brooq_settle_total", "Attempt outcomes written.", ["topic", "outcome"]
+        r = REGISTRY if registry is _DEFAULT else registry
+
+        def counter(name: str, help: str, label: str, *more: str) -> Counter:
+            return Counter(name, help, [label, *more], registry=r)
+
+        self.claimed = counter("brooq_claimed_total", "Jobs claimed (attempts started).", "topic")
+        self.settled = counter(
+            "brooq_settle_total", "Attempt outcomes written.", "topic", "outcome"
         )
         self.duration = Histogram(
             "brooq_attempt_duration_seconds",
             "Duration of attempts, claim to settle.",
             ["topic"],
             buckets=DURATION_BUCKETS,
+            registry=r,
         )
-        self.hung = Counter(
+        self.hung = counter(
             "brooq_hung_workers_total",
             "Workers SIGKILLed because a handler did not exit after an interrupt.",
-            ["topic"],
+            "topic",
         )
-        self.lease_lost = Counter(
+        self.lease_lost = counter(
             "brooq_lease_lost_total",
             "Running jobs whose lease was lost (canceled or taken).",
-            ["topic"],
+            "topic",
         )
-        self.requeued = Counter(
-            "brooq_requeued_total", "Jobs returned by the reaper (expired lease).", ["topic"]
+        self.requeued = counter(
+            "brooq_requeued_total", "Jobs returned by the reaper (expired lease).", "topic"
         )
-        self.retention_deleted = Counter(
-            "brooq_retention_deleted_total", "Terminal rows deleted by retention.", ["topic"]
+        self.retention_deleted = counter(
+            "brooq_retention_deleted_total", "Terminal rows deleted by retention.", "topic"
         )
-        self.restarts = Counter(
-            "brooq_worker_restarts_total", "Worker processes replaced, by reason.", ["reason"]
+        self.restarts = counter(
+            "brooq_worker_restarts_total", "Worker processes replaced, by reason.", "reason"
         )
-        self.periodic = Counter(
+        self.periodic = counter(
             "brooq_periodic_enqueued_total",
             "Runs of periodic schedules enqueued (by this supervisor).",
-            ["schedule"],
+            "schedule",
         )
 
     def initialise(

@@ -90,17 +90,21 @@ def children_of(ppid: int) -> list[int]:
     return found
 
 
+def kill_tree(pid: int) -> bool:
+    """SIGKILL ``pid`` and the process group it leads; True if it was there to kill."""
+    with contextlib.suppress(OSError):
+        if os.getpgid(pid) == pid:
+            os.killpg(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return False
+    return True
+
+
 def kill_children() -> list[int]:
     """SIGKILL every child of this process (and the groups they lead); the pids killed."""
-    killed = []
-    for pid in children_of(os.getpid()):
-        with contextlib.suppress(OSError):
-            if os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-            killed.append(pid)
-    return killed
+    return [pid for pid in children_of(os.getpid()) if kill_tree(pid)]
 
 
 def pid_alive(pid: int) -> bool:

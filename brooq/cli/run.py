@@ -112,7 +112,7 @@ def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:
     """Fork the worker processes and supervise them until SIGTERM/SIGINT/SIGQUIT."""
     from brooq import metrics
-    from brooq.supervisor.reload import AppLoader
+    from brooq.supervisor.apploader import AppLoader
 
     directory = metrics.create_directory()  # before the app can create any metric
     try:

@@ -2,10 +2,15 @@
 
 Signal handlers only queue the signal (and wake the loop through the wakeup
 fd). One loop waits on the wakeup pipe, the workers' sockets, the database
-thread and the LISTEN thread, then runs small named steps. Every tick brings
+lanes and the LISTEN thread, then runs small named steps. Every tick brings
 the workers back to the target, so a lost signal costs nothing. The loop
 itself never waits for the database: its services (producer, completer,
-heartbeat, maintenance) hand their statements to the database thread.
+heartbeat, maintenance) hand their statements to the database lanes.
+
+The arbiter keeps the loop, the signals and the worker count; its other
+half, the wiring (wiring.py), builds each part from exactly what it uses.
+No part sees the Supervisor: what happens in a tick is the list of steps in
+:meth:`Supervisor.tick`, each a call into one part.
 """
 
 from __future__ import annotations
@@ -22,24 +27,12 @@ from types import FrameType
 
 from brooq import metrics as prom
 from brooq import osproc
-from brooq.config import Settings
 from brooq.logs import event
-from brooq.postgres.inspection import PostgresInspection
-from brooq.queue import Queue
-from brooq.supervisor import protocol, reload, services
-from brooq.supervisor.children import RESTART_REASONS, ChildProcess, Kill
-from brooq.supervisor.completer import Completer
-from brooq.supervisor.database import DatabaseThread, Lanes
-from brooq.supervisor.exits import Exits
-from brooq.supervisor.held import HeldJobs
-from brooq.supervisor.leases import Holdings, LeaseKeeper
-from brooq.supervisor.notices import Notices
-from brooq.supervisor.processes import Processes
-from brooq.supervisor.registration import Registration
+from brooq.supervisor.children import ChildProcess, Kill
 from brooq.supervisor.slots import SlotState
-from brooq.supervisor.surface import Surface
-from brooq.supervisor.systemd import Notifier
-from brooq.vocabulary import format_duration, holder_id
+from brooq.supervisor.surface import DATABASE_SILENT_S, Surface, health
+from brooq.supervisor.wiring import Wiring
+from brooq.vocabulary import format_duration
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -55,7 +48,6 @@ HANDLED_SIGNALS = (
 MAX_TICK_S = 1.0
 BUSY_TICK_S = 0.1
 FINAL_FLUSH_S = 10.0
-PROBE_EVERY_S = 2.0
 
 
 class Stopping(StrEnum):
@@ -65,42 +57,16 @@ class Stopping(StrEnum):
     FAST = "fast"
 
 
-class Supervisor:
+class Supervisor(Wiring):
     """Forks and supervises the worker processes of one app; claims and settles for them."""
 
-    def __init__(
-        self,
-        queue: Queue,
-        settings: Settings,
-        slots: list[list[str]],
-        dsn: str,
-        name: str = "app",
-        metrics: prom.Metrics | None = None,
-        reloader: reload.Reloader | None = None,
-    ) -> None:
-        self.queue, self.settings, self.dsn, self.name = queue, settings, dsn, name
-        self.metrics = metrics or prom.Metrics()
-        self.holder = holder_id()
-        self.pid = os.getpid()
-        self.slots = [SlotState(sorted(t)) for t in slots]
-        self.workers = Processes(
-            queue, settings, dsn, self.metrics, self.pid, self.parent_fds, HANDLED_SIGNALS
-        )
-        self.children = self.workers.children
-        self.exits = Exits(self)
-        self.held = HeldJobs(self)
-        self.release = self.held.release
-        self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
-        self.notifier = Notifier()
-        self.generation = 0
-        self.stopping: Stopping | None = None
-        self.stop_deadline = 0.0
-        self.store, self.claims_store = services.open_stores(settings, dsn)
-        self.holdings = Holdings()
-        self.surface: Surface | None = None
-        self.readable: set[int] = set()
-        """The descriptors the last wait found readable."""
-        self.reloader = reloader
+    handled_signals = HANDLED_SIGNALS
+    stopping: Stopping | None = None
+    stop_deadline = 0.0
+    """Graceful stop: when the workers still running are killed."""
+    final_deadline = 0.0
+    """Stopping with no worker left: how long outcomes may still take to be written."""
+    surface: Surface | None = None
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -118,22 +84,22 @@ class Supervisor:
         return 0
 
     def setup(self) -> None:
-        """Self-pipe, signal handlers, threads, services, process title."""
+        """Self-pipe, signal handlers, the parts and their threads, process title."""
+        self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
+        self.readable: set[int] = set()
+        """The descriptors the last wait found readable."""
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
             os.set_inheritable(fd, False)
         prom.set_identity("supervisor")
-        topics = self.queue.registry.topics()
-        self.metrics.initialise(
-            topics, [str(r) for r in RESTART_REASONS], [s.name for s in self.queue.schedules]
-        )
-        self.surface = Surface.open(self)
+        self.initialise_metrics()
+        self.surface = self.open_surface()
         osproc.become_subreaper()
         signal.set_wakeup_fd(self.wake_w)
-        for signum in HANDLED_SIGNALS:
+        for signum in self.handled_signals:
             signal.signal(signum, self._queue_signal)
-        self.start_services()
+        self.wire()
         if self.surface is not None:
             self.surface.start()
         osproc.title(f"brooq supervisor {self.name} workers={len(self.slots)}")
@@ -145,25 +111,6 @@ class Supervisor:
             holder=self.holder,
             http=self.surface.address if self.surface else "off",
         )
-
-    def start_services(self) -> None:
-        """The database and LISTEN threads, and the services that use them."""
-        s = self.settings
-        stuck_after = max(2.0, s.lease.total_seconds() / 6)
-        self.db = Lanes(
-            DatabaseThread(self.claims_store.connector, stuck_after),
-            DatabaseThread(self.store.connector, stuck_after),
-        )
-        self.inspection = PostgresInspection(self.store.connector)
-        self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval)
-        self.producer = services.producer_for(self)
-        self.completer = Completer(self.store, self.db.writes, self.held.flushed)
-        self.leases = LeaseKeeper(
-            self.claims_store, self.db.claims, self.holdings, s.lease, self.held.lost
-        )
-        self.dispatcher = services.dispatcher_for(self)
-        self.maintenance = services.maintenance_for(self)
-        self.registration = Registration(self)  # brooq_supervisor row: `brooq workers`
 
     def _queue_signal(self, signum: int, frame: FrameType | None) -> None:
         """NO LOGGING, just queue the signal; the wakeup fd wakes the loop."""
@@ -178,10 +125,8 @@ class Supervisor:
         settled = not self.completer.pending and self.db.idle()
         return settled or time.monotonic() >= self.final_deadline
 
-    final_deadline = 0.0
-
     def teardown(self) -> None:
-        """Let the database thread finish its queue, then close what the parent opened."""
+        """Let the database lanes finish their queue, then close what the parent opened."""
         signal.set_wakeup_fd(-1)
         osproc.kill_children()  # what handlers left behind, reparented to us: nothing outlives
         self.db.stop(timeout=5.0)
@@ -202,28 +147,22 @@ class Supervisor:
         self.notifier.pet()
         self.db.collect()
         self.read_notices()
-        self.read_workers(self.readable)
-        self.readable = set()
+        self.read_workers(now)
         self.reap_children()
         self.kill_hung(now)
-        self.workers.kill_broken(now)
         self.keep_leases(now)
         self.release_stale(now)
-        self.dispatcher.run_once(self.children.values(), now)
-        if not self.stopping:
-            self.producer.run_once(now, *self.workers.group_counts())
-            self.maintenance.run_once(now)
-        self.completer.run_once(now, force=bool(self.stopping))
-        if self.stopping:
-            self.release(self.producer.drain(), "stopping")  # claims that came back late
+        self.dispatch(now)
+        self.claim(now)
+        self.maintain(now)
+        self.complete(now)
         self.probe_database(now)
-        reload.step(self, now)
+        self.reload_step(now)
         self.manage_workers()
         self.db.check_stuck(now)
         self.report_ready()
-        self.registration.run_once(now)
-        if self.surface is not None:
-            self.surface.publish(self)
+        self.register(now)
+        self.publish_health(now)
 
     def wait(self) -> None:
         """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline."""
@@ -280,7 +219,7 @@ class Supervisor:
             mode="graceful",
             timeout=format_duration(self.settings.graceful_timeout),
         )
-        self.release(self.producer.drain(), "stopping")
+        self.held.release(self.producer.drain(), "stopping")
         for child in self.workers:
             self.workers.retire(child)
 
@@ -291,18 +230,23 @@ class Supervisor:
         self.stopping = Stopping.FAST
         self.notifier.stopping("stopping now")
         event(log, "SupervisorStopping", mode="fast")
-        self.release(self.producer.drain(), "stopping")
+        self.held.release(self.producer.drain(), "stopping")
         self.workers.kill_all(Kill.SHUTDOWN)
 
     def handle_sighup(self) -> None:
         """New code and settings (checked first), then every worker replaced, one at a time,
         each finishing its job first (brooq/supervisor/reload.py)."""
-        if not self.stopping:
-            reload.begin(self)
+        if self.stopping:
+            return
+        event(log, "SupervisorReloading", generation=self.generation)
+        if self.reloader is None:
+            self.generation += 1  # no app loader: just renew the workers
+        else:
+            self.reloader.begin(time.monotonic())
 
     def handle_sigttin(self) -> None:
         """One worker more (serving every topic of this supervisor)."""
-        served = sorted({t for slot in self.slots for t in slot.topics})
+        served = self.served()
         self.slots.append(SlotState(served))
         self.producer.add_group(tuple(served))
         event(log, "WorkersChanged", workers=len(self.slots))
@@ -322,66 +266,98 @@ class Supervisor:
         for job_id in heard.canceled:
             self.held.canceled(job_id)
 
-    def read_workers(self, readable: set[int]) -> None:
-        """Apply every message the workers sent; a broken or garbled socket kills its worker."""
-        now = time.monotonic()
+    def read_workers(self, now: float) -> None:
+        """Apply every message the workers sent since the last tick."""
+        readable, self.readable = self.readable, set()
         for child in self.workers:
             if child.sock in readable:
                 self.read_worker(child, now)
 
     def read_worker(self, child: ChildProcess, now: float) -> None:
-        """Apply what ``child`` sent; EOF or garbage while it runs means it broke its socket."""
-        if child.closed:
-            return
-        try:
-            messages, eof = child.reader.read()
-        except protocol.ProtocolError:
-            child.close()
-            # Garbage on the socket: it is not a brooq worker any more.
+        """Apply what ``child`` sent; garbage on its socket means it is no brooq worker now."""
+        if not self.dispatcher.read(child, now):
             self.workers.kill(child, Kill.BROKEN)
-            return
-        for message in messages:
-            self.dispatcher.apply(child, message, now)
-        if eof:
-            # Most often the worker just exited (reap_children names why); one that
-            # lives on without its socket closed it by mistake and is of no more use.
-            child.close()
-            child.eof_at = now
 
     def reap_children(self) -> None:
         """waitpid every worker that ended; settle what it leaves behind."""
         for child, status in self.workers.reaped():
-            self.exits.worker_exited(child, status)
+            self.read_worker(child, time.monotonic())  # its last words come first
+            self.exits.worker_exited(
+                child,
+                status,
+                generation=self.generation,
+                stopping=bool(self.stopping),
+                slot=self.slots[child.slot] if child.slot < len(self.slots) else None,
+            )
 
     def kill_hung(self, now: float) -> None:
-        """SIGKILL workers past their watchdog deadlines, and all of them past the graceful one."""
+        """SIGKILL workers past their watchdog deadlines, and all of them past the graceful one;
+        workers whose socket closed a while ago are broken."""
         self.workers.kill_hung(now)
+        self.workers.kill_broken(now)
         if self.stopping is Stopping.GRACEFUL and now >= self.stop_deadline:
             self.workers.kill_all(Kill.SHUTDOWN)
 
     def keep_leases(self, now: float) -> None:
         """Heartbeat; when heartbeats fail, stop jobs before their lease can end."""
+        lease_s = self.settings.lease.total_seconds()
         self.leases.run_once(now)
-        self.held.expiring(now, self.settings.lease.total_seconds())
+        self.held.expiring(self.leases.expiring(now, within=lease_s / 3), now, lease_s)
         self.held.confirm_lost(now)
-
-    def probe_database(self, now: float) -> None:
-        """A cheap query when the database thread has been quiet, or /healthz was just asked:
-        what /healthz says of the database is then never older than a tick or two."""
-        last = max(self.db.last_ok, self.db.last_failed)
-        asked = self.surface is not None and self.surface.asked_since(last)
-        if (asked or now - last >= PROBE_EVERY_S) and not self.db.writes.busy("ping"):
-            self.db.writes.submit("ping", self.inspection.ping, lambda result, error: None)
 
     def release_stale(self, now: float) -> None:
         """Jobs that waited too long in a buffer go back to pending, uncharged."""
-        stale = self.producer.stale(now)
-        if stale:
-            self.release(stale, "waited too long in the buffer")
+        self.held.release(self.producer.stale(now), "waited too long in the buffer")
+
+    def dispatch(self, now: float) -> None:
+        """Buffered jobs to idle workers."""
+        self.dispatcher.run_once(self.children.values(), now)
+
+    def claim(self, now: float) -> None:
+        """Refill the buffers (none once stopping; late claims go straight back)."""
+        if self.stopping:
+            self.held.release(self.producer.drain(), "stopping")
+        else:
+            self.producer.run_once(now, *self.workers.group_counts())
+
+    def maintain(self, now: float) -> None:
+        """Reaper, retention and periodic schedules, when each is due."""
+        if not self.stopping:
+            self.maintenance.run_once(now)
+
+    def complete(self, now: float) -> None:
+        """Write the outcomes that are due (all of them once stopping)."""
+        self.completer.run_once(now, force=bool(self.stopping))
+
+    def probe_database(self, now: float) -> None:
+        """A cheap query when the lanes have been quiet, or /healthz was just asked: what
+        /healthz says of the database is then never older than a tick or two."""
+        asked = self.surface is not None and self.surface.asked_since(self.db.last_heard)
+        self.db.probe(now, self.inspection.ping, asked=asked)
+
+    def reload_step(self, now: float) -> None:
+        """Move a SIGHUP reload on (check, load, roll); put what it loaded into service."""
+        if self.reloader is None:
+            return
+        loaded = self.reloader.step(
+            now,
+            stopping=bool(self.stopping),
+            rolled=self.rolled,
+            cleanup=self.workers.kill_strays,
+        )
+        if loaded is not None:
+            self.put_into_service(loaded)
+
+    def rolled(self) -> tuple[int, int] | None:
+        """(workers, generation) once every slot runs a booted worker of the newest generation."""
+        if self.workers.rolled(self.generation, len(self.slots)):
+            return len(self.children), self.generation
+        return None
 
     def manage_workers(self) -> None:
-        """Bring the workers back to the target: spawn missing, retire extra and old ones."""
-        if not self.stopping:
+        """Bring the workers back to the target: spawn missing, retire extra and old ones
+        (no fork while the parent imports new code: a fork would copy its import locks)."""
+        if not self.stopping and not (self.reloader and self.reloader.loading):
             self.workers.manage(self.slots, self.generation)
 
     def report_ready(self) -> None:
@@ -392,6 +368,23 @@ class Supervisor:
         if booted >= len(self.slots):
             self.notifier.ready(f"{booted} workers running")
             event(log, "SupervisorReady", workers=booted)
+
+    def register(self, now: float) -> None:
+        """Keep this supervisor's row in brooq_supervisor current (`brooq workers`)."""
+        self.registration.run_once(
+            now,
+            workers=list(self.children.values()),
+            topics=self.served(),
+            stopping=bool(self.stopping),
+        )
+
+    def publish_health(self, now: float) -> None:
+        """The verdict /healthz serves until the next tick."""
+        if self.surface is not None:
+            answering = self.db.answering(now, DATABASE_SILENT_S)
+            self.surface.publish(
+                *health(self.stopping, answering, self.children.values(), len(self.slots))
+            )
 
     def parent_fds(self) -> list[int]:
         """The descriptors only the parent may use: closed in every new worker."""

@@ -27,6 +27,8 @@ from brooq.postgres.connect import Connector
 from brooq.vocabulary import StoreUnavailable
 
 log = logging.getLogger("brooq.supervisor")
+PROBE_EVERY_S = 2.0
+"""A quiet database gets a cheap query this often, so its health is never long unknown."""
 OUTAGE_LOG_S = 60.0
 """While the database stays unavailable for the same reason, log it again this often."""
 
@@ -241,6 +243,19 @@ class Lanes:
     def last_failed(self) -> float:
         """When a task of either lane last met an outage."""
         return max(lane.last_failed for lane in self.all)
+
+    @property
+    def last_heard(self) -> float:
+        """When a task of either lane last finished, with or without an outage."""
+        return max(self.last_ok, self.last_failed)
+
+    def probe(self, now: float, ping: Callable[[], object], *, asked: bool) -> bool:
+        """Send ``ping`` down the writes lane when the lanes were quiet for PROBE_EVERY_S, or
+        when ``asked`` (a fresh answer is wanted); True if sent."""
+        if not (asked or now - self.last_heard >= PROBE_EVERY_S) or self.writes.busy("ping"):
+            return False
+        self.writes.submit("ping", ping, lambda result, error: None)
+        return True
 
     def answering(self, now: float, silent_s: float) -> bool:
         """True when the latest task met no outage and one finished within ``silent_s``."""

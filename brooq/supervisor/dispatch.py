@@ -91,6 +91,27 @@ class Dispatcher:
             hung_deadline=now + soft.total_seconds() + grace if soft else None,
         )
 
+    def read(self, child: ChildProcess, now: float) -> bool:
+        """Apply what ``child`` sent; False when it sent garbage (its socket is closed then).
+
+        At EOF our end is closed too: most often the worker just exited (the
+        reaper names why); one that lives on without its socket closed it by
+        mistake and is of no more use.
+        """
+        if child.closed:
+            return True
+        try:
+            messages, eof = child.reader.read()
+        except protocol.ProtocolError:
+            child.close()
+            return False
+        for message in messages:
+            self.apply(child, message, now)
+        if eof:
+            child.close()
+            child.eof_at = now
+        return True
+
     def apply(self, child: ChildProcess, message: protocol.Message, now: float) -> None:
         """Act on one message of ``child``."""
         match message:

@@ -3,21 +3,26 @@
 The job it held meets the fate the orphans service decides (recorded
 failure, uncharged release, back into the buffer, or left alone); the slot
 backs off when its workers die at boot; the exit is counted and logged.
+Exits is built from what it touches: the kind options, the completer, the
+producer, the holdings, a release callback and a restart counter.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from brooq import osproc
+from brooq.engine.store import Claimed
 from brooq.logs import event
 from brooq.supervisor import orphans
 from brooq.supervisor.children import ChildProcess, Exit
-
-if TYPE_CHECKING:
-    from brooq.supervisor.arbiter import Supervisor
+from brooq.supervisor.completer import Completer
+from brooq.supervisor.leases import Holdings
+from brooq.supervisor.producer import Producer
+from brooq.supervisor.slots import SlotState
+from brooq.vocabulary import KindOptions
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -26,28 +31,54 @@ STABLE_AFTER_S = 10.0
 QUIET_EXITS = (Exit.STOPPED, Exit.MAX_JOBS, Exit.MAX_MEMORY, Exit.RELOAD)
 """Exits that are part of normal operation: logged at INFO."""
 
+Release = Callable[[list[Claimed], str], None]
+"""Gives jobs back to ``pending``, uncharged, saying why."""
+
 
 class Exits:
-    """Settles what dead workers leave behind, on behalf of one supervisor."""
+    """Settles what dead workers leave behind."""
 
-    def __init__(self, sup: Supervisor) -> None:
-        self.sup = sup
+    def __init__(
+        self,
+        *,
+        options: Callable[[str], KindOptions],
+        completer: Completer,
+        producer: Producer,
+        holdings: Holdings,
+        release: Release,
+        restarted: Callable[[Exit], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options, self.completer, self.producer = options, completer, producer
+        self.holdings, self.release, self.restarted = holdings, release, restarted
+        self.clock = clock
         self.restarts = 0
 
-    def worker_exited(self, child: ChildProcess, status: int) -> None:
-        """Settle the job a dead worker held; count and log why it is gone."""
-        sup = self.sup
-        sup.read_worker(child, time.monotonic())
+    def worker_exited(
+        self,
+        child: ChildProcess,
+        status: int,
+        *,
+        generation: int,
+        stopping: bool,
+        slot: SlotState | None,
+    ) -> Exit:
+        """Settle the job a dead worker held; count and log why it is gone; the reason.
+
+        ``slot`` is the slot the worker filled, None when that slot is gone
+        (TTOU); the caller has read the worker's last messages first.
+        """
         child.close()
         how = osproc.describe_exit(status)
-        reason = orphans.exit_reason(child, status, sup.generation, bool(sup.stopping))
+        reason = orphans.exit_reason(child, status, generation, stopping)
         held_a_job = child.job is not None
         if held_a_job:
-            self.orphaned(child, status, how)
-        self.slot_backoff(child, status, how, held_a_job)
+            self.orphaned(child, status, how, stopping)
+        if slot is not None and not stopping:
+            self.slot_backoff(child, slot, status, how, held_a_job)
         if reason not in (Exit.STOPPED, Exit.SHUTDOWN):
             self.restarts += 1
-            sup.metrics.restarts.labels(reason=str(reason)).inc()
+            self.restarted(reason)
         event(
             log,
             "WorkerExited",
@@ -57,24 +88,23 @@ class Exits:
             exit=how,
             reason=str(reason),
         )
+        return reason
 
-    def orphaned(self, child: ChildProcess, status: int, how: str) -> None:
+    def orphaned(self, child: ChildProcess, status: int, how: str, stopping: bool) -> None:
         """Carry out the orphans service's decision about the job ``child`` held."""
-        sup, job = self.sup, child.job
+        job = child.job
         assert job is not None
         claimed = job.claimed
-        orphan = orphans.decide_orphan(
-            child, job, status, how, sup.dispatcher.options(claimed.topic)
-        )
+        orphan = orphans.decide_orphan(child, job, status, how, self.options(claimed.topic))
         match orphan.fate:
             case orphans.Fate.RELEASE:
-                sup.release([claimed], "shutdown")
-            case orphans.Fate.PUT_BACK if not sup.stopping:
-                sup.producer.put_back(child.group, claimed, time.monotonic())
+                self.release([claimed], "shutdown")
+            case orphans.Fate.PUT_BACK if not stopping:
+                self.producer.put_back(child.group, claimed, self.clock())
             case orphans.Fate.PUT_BACK:
-                sup.release([claimed], "stopping")
+                self.release([claimed], "stopping")
             case orphans.Fate.RECORD if orphan.outcome is not None:
-                sup.completer.add(claimed.ticket, orphan.outcome, claimed.topic, time.monotonic())
+                self.completer.add(claimed.ticket, orphan.outcome, claimed.topic, self.clock())
                 event(
                     log,
                     "JobDead" if orphan.outcome.label == "dead" else "JobFailed",
@@ -86,26 +116,24 @@ class Exits:
                     error=orphan.outcome.error,
                 )
             case _:
-                sup.holdings.drop(claimed.id)
+                self.holdings.drop(claimed.id)
 
-    def slot_backoff(self, child: ChildProcess, status: int, how: str, held_a_job: bool) -> None:
+    def slot_backoff(
+        self, child: ChildProcess, slot: SlotState, status: int, how: str, held_a_job: bool
+    ) -> None:
         """A worker that died at boot, or soon after without any job to blame, starts again
         only after a backoff (a job that kills its worker is charged for it instead)."""
-        sup = self.sup
-        if child.slot >= len(sup.slots) or sup.stopping:
-            return
-        slot = sup.slots[child.slot]
-        lived = time.monotonic() - child.started
+        now = self.clock()
         if (
             orphans.planned(status)
             or child.kill is not None
             or held_a_job
             or child.finished_jobs
-            or lived >= STABLE_AFTER_S
+            or now - child.started >= STABLE_AFTER_S
         ):
             slot.booted()
             return
-        delay = slot.boot_failed(time.monotonic())
+        delay = slot.boot_failed(now)
         event(
             log,
             "WorkerBootFailed" if not child.booted else "WorkerCrashLoop",

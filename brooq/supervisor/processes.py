@@ -185,6 +185,17 @@ class Processes:
                     self.metrics.hung.labels(topic=child.job.claimed.topic).inc()
                 self.kill(child, kill, why)
 
+    def kill_strays(self) -> list[int]:
+        """SIGKILL every child of the supervisor that is not one of its workers (what an app's
+        import forked, or what escaped a dead worker's group); the pids killed."""
+        workers = set(self.children)
+        strays = [p for p in osproc.children_of(os.getpid()) if p not in workers]
+        for pid in strays:
+            osproc.kill_tree(pid)
+        if strays:
+            event(log, "StraysKilled", logging.WARNING, pids=",".join(map(str, strays)))
+        return strays
+
     # --- the target -----------------------------------------------------------------------
 
     def manage(self, slots: list[SlotState], generation: int) -> None:
@@ -213,6 +224,13 @@ class Processes:
             if child.job is not None and child.job.claimed.id == job_id:
                 return child
         return None
+
+    def rolled(self, generation: int, slots: int) -> bool:
+        """True once ``slots`` workers run and every one is of ``generation`` and booted."""
+        children = self.children.values()
+        return len(self.children) >= slots and all(
+            c.generation == generation and c.booted for c in children
+        )
 
     def group_counts(self) -> tuple[dict[Group, int], dict[Group, int]]:
         """Idle workers and all workers, per group."""

@@ -2,59 +2,59 @@
 
 The mechanism (docs/operations.md, "Upgrading"): the parent imports the app
 before it forks (workers boot in milliseconds and share its pages), and on
-SIGHUP it imports the app again:
+SIGHUP it imports the app again. The loop never waits for either import:
 
 1. **Check** — a throwaway ``python -m brooq.supervisor.reload --app SPEC``
    imports the new code in a process of its own (bounded by CHECK_TIMEOUT_S),
-   so code that fails to import, or hangs at import, never touches the
-   supervisor. The loop polls it; it never waits for it.
-2. **Load** — the parent forgets the modules of the app's code (its package,
-   and what it imported from outside the standard library and the installed
-   libraries; never compiled extensions or brooq), imports the app again and
-   reads the settings again (.env, TOML, credentials; the environment and the
-   command line are the process's own and do not change). If anything fails
-   here, the old modules are put back.
-3. **Roll** — a new generation: workers are replaced one at a time, each old
-   one finishing its current job first (up to the graceful timeout); the next
-   one is retired only when every new worker so far has booted, so new code
-   that dies at boot costs one slot, not the fleet.
+   so code that fails to import, exits, or hangs at import never touches the
+   supervisor. The loop polls it.
+2. **Load** — a thread of the parent forgets the modules of the app's code
+   (apploader.py), imports the app again and reads the settings again (.env,
+   TOML, credentials; the environment and the command line are the process's
+   own and do not change). The loop goes on ticking meanwhile (heartbeats,
+   dispatch, /healthz, the watchdog); it only holds new forks off. An import
+   that fails (any BaseException, SystemExit included) or outlives its bound
+   (three times what the check took, at least LOAD_MIN_S) puts the old
+   modules back.
+3. **Roll** — a new generation: idle old workers leave first, then busy ones
+   as they finish (each within the graceful timeout); the next one is
+   retired only when every new worker so far has booted, so new code that
+   dies at boot costs one slot, not the fleet.
 
 A failed check or load logs one ``ReloadFailed`` error; the old workers keep
-serving the old code.
+serving the old code. What an import forked is killed once it is over.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import subprocess
 import sys
-import sysconfig
 import tempfile
-import time
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
-from typing import IO, TYPE_CHECKING
+from enum import StrEnum
+from typing import IO, Protocol
 
 from brooq.app import load_app
 from brooq.config import Settings
 from brooq.logs import event
 from brooq.queue import Queue
-from brooq.supervisor.children import RESTART_REASONS
-from brooq.supervisor.slots import SlotState
-
-if TYPE_CHECKING:
-    from brooq.supervisor.arbiter import Supervisor
+from brooq.supervisor.apploader import AppLoader
+from brooq.supervisor.systemd import Notifier
 
 log = logging.getLogger("brooq.supervisor")
 
 CHECK_TIMEOUT_S = 60.0
 """How long the throwaway import may take before the reload is given up."""
+LOAD_MIN_S = 5.0
+"""The least time the import in the parent is given (it may take 3× what the check took)."""
+CHECK_PASSED = "brooq-reload-check: imported"
+"""What a check prints when the import returned; without it the check failed."""
 NEEDS_RESTART = (
     "database_url",
     "http_addr",
@@ -77,64 +77,6 @@ NEEDS_RESTART = (
 )
 """Settings a reload does not apply (connections, listeners and services keep them)."""
 
-_PATHS = sysconfig.get_paths()
-_KEPT_PATHS = tuple(
-    str(Path(p).resolve()) + os.sep
-    for p in {_PATHS["stdlib"], _PATHS["platstdlib"], _PATHS["purelib"], _PATHS["platlib"]}
-)
-"""The standard library and the installed libraries: never imported again by a reload."""
-
-
-def _reloadable(name: str, module: ModuleType | None, app_package: str) -> bool:
-    """A pure-Python module of the app's package, or outside the stdlib and the installed
-    libraries (the project's own code); never brooq."""
-    if module is None or name == "brooq" or name.startswith("brooq."):
-        return False
-    path = getattr(module, "__file__", None)
-    if not path or not path.endswith(".py"):
-        return False  # namespace packages, compiled extensions, frozen modules
-    if name == app_package or name.startswith(app_package + "."):
-        return True  # the app itself, even installed as a wheel
-    resolved = str(Path(path).resolve())
-    return not resolved.startswith(_KEPT_PATHS) and "-packages" + os.sep not in resolved
-
-
-class AppLoader:
-    """Imports ``--app`` and remembers which modules that brought in, to import them again."""
-
-    def __init__(self, spec: str) -> None:
-        self.spec = spec
-        self.package = spec.partition(":")[0].partition(".")[0]
-        self.modules: set[str] = set()
-
-    def load(self) -> Queue:
-        """The first import (AppLoadError when it fails)."""
-        before = set(sys.modules)
-        queue = load_app(self.spec)
-        self.modules = {
-            n for n in set(sys.modules) - before if _reloadable(n, sys.modules[n], self.package)
-        }
-        return queue
-
-    def load_again(self) -> Queue:
-        """Forget the app's modules and import it again; on any error, put the old ones back."""
-        saved = {n: sys.modules.pop(n) for n in sorted(self.modules) if n in sys.modules}
-        importlib.invalidate_caches()
-        before = set(sys.modules)
-        try:
-            queue = load_app(self.spec)
-        except BaseException:
-            for name in set(sys.modules) - before:
-                sys.modules.pop(name, None)
-            sys.modules.update(saved)
-            raise
-        self.modules = {
-            n
-            for n in (set(sys.modules) - before) | self.modules
-            if _reloadable(n, sys.modules.get(n), self.package)
-        }
-        return queue
-
 
 @dataclass(frozen=True)
 class Loaded:
@@ -145,39 +87,31 @@ class Loaded:
     slots: list[list[str]]
 
 
-class Reloader:
-    """One reload at a time: the throwaway check, then the load in the parent."""
+def kept_settings(old: Settings, new: Settings) -> tuple[Settings, list[str]]:
+    """``new`` with every NEEDS_RESTART setting kept as in ``old``; the names of those that
+    changed (they take effect at the next start, and the reload says so)."""
+    unapplied = sorted(k for k in NEEDS_RESTART if getattr(old, k, None) != getattr(new, k, None))
+    kept = new.replace(**{k: getattr(old, k) for k in NEEDS_RESTART if hasattr(old, k)})
+    return kept, unapplied
 
-    def __init__(
-        self,
-        loader: AppLoader,
-        settings: Callable[[], Settings],
-        prepare: Callable[[Queue, Settings], list[list[str]]],
-        configured: list[list[str]],
-    ) -> None:
-        self.loader, self.settings, self.prepare = loader, settings, prepare
-        self.configured = [sorted(t) for t in configured]
-        """The slots the settings gave last time: TTIN/TTOU changes stand until these change."""
-        self.check: subprocess.Popen[bytes] | None = None
-        self.output: IO[bytes] | None = None
-        self.deadline = 0.0
-        self.again = False
-        self.rolling = False
-        """A reload is in progress as systemd sees it (RELOADING=1 sent, READY=1 not yet)."""
 
-    @property
-    def busy(self) -> bool:
-        """True while a check runs."""
-        return self.check is not None
+class Check(Protocol):
+    """A throwaway import of the new code, running on its own."""
 
-    def start(self) -> None:
-        """Begin the check (a HUP during a check runs one more after it)."""
-        if self.check is not None:
-            self.again = True
-            return
-        self.output = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _finish_check)
-        self.check = subprocess.Popen(
-            [sys.executable, "-m", "brooq.supervisor.reload", "--app", self.loader.spec],
+    def verdict(self) -> str | None:
+        """None while it runs; '' when the import passed; else why it failed (one line)."""
+
+    def stop(self) -> None:
+        """Kill it if it still runs, and forget it."""
+
+
+class ImportCheck:
+    """The check as a process: ``python -m brooq.supervisor.reload --app SPEC``."""
+
+    def __init__(self, spec: str) -> None:
+        self.output: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "brooq.supervisor.reload", "--app", spec],
             stdin=subprocess.DEVNULL,
             stdout=self.output,
             stderr=subprocess.STDOUT,
@@ -186,62 +120,207 @@ class Reloader:
             # Metrics the app makes at import must not leave files in the supervisor's folder.
             env={k: v for k, v in os.environ.items() if k.lower() != "prometheus_multiproc_dir"},
         )
-        self.deadline = time.monotonic() + CHECK_TIMEOUT_S
+
+    def verdict(self) -> str | None:
+        """The check's own word decides, not its exit code: the loop's reaper may have
+        collected the process first (the exit code is then lost), and an import that calls
+        ``os._exit(0)`` exits 0 without passing."""
+        if self.process.poll() is None:
+            return None
+        self.output.seek(0)
+        text = self.output.read().decode(errors="replace")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if CHECK_PASSED in lines:
+            return ""
+        if lines:
+            return lines[-1][:500]
+        return "the check ended without a word (does the import call os._exit?)"
+
+    def stop(self) -> None:
+        """Kill the process if it still runs; close its output."""
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        self.process.wait()
+        self.output.close()
+
+
+class Phase(StrEnum):
+    """Where a reload is."""
+
+    IDLE = "idle"
+    CHECKING = "checking"
+    LOADING = "loading"
+    ROLLING = "rolling"
+
+
+Rolled = Callable[[], tuple[int, int] | None]
+"""(workers, generation) once every worker runs the newest generation, else None."""
+
+
+class Reloader:
+    """One reload at a time: the throwaway check, the load in a thread, then the roll."""
+
+    def __init__(
+        self,
+        loader: AppLoader,
+        settings: Callable[[], Settings],
+        prepare: Callable[[Queue, Settings], list[list[str]]],
+        configured: list[list[str]],
+        notifier: Notifier | None = None,
+        start_check: Callable[[str], Check] = ImportCheck,
+    ) -> None:
+        self.loader, self.settings, self.prepare = loader, settings, prepare
+        self.start_check = start_check
+        self.notifier = notifier or Notifier()
+        self.configured = [sorted(t) for t in configured]
+        """The slots the settings gave last time: TTIN/TTOU changes stand until these change."""
+        self.phase = Phase.IDLE
+        self.again = False
+        self.check: Check | None = None
+        self.started = self.deadline = 0.0
+        self.load_bound = LOAD_MIN_S
+        self._lock = threading.Lock()
+        self._token = 0
+        self._result: Loaded | str | None = None
+
+    @property
+    def rolling(self) -> bool:
+        """A reload is under way as systemd sees it (RELOADING=1 sent, READY=1 not yet)."""
+        return self.phase is not Phase.IDLE
+
+    @property
+    def loading(self) -> bool:
+        """The parent imports the new code now: no fork until it is done."""
+        return self.phase is Phase.LOADING
+
+    def begin(self, now: float) -> None:
+        """SIGHUP: start the check (a SIGHUP during a check or load runs one more after it)."""
+        if self.phase in (Phase.CHECKING, Phase.LOADING):
+            self.again = True
+            return
+        self.notifier.reloading("reloading: checking the new code")
+        self._start_check(now)
+
+    def step(
+        self, now: float, *, stopping: bool, rolled: Rolled, cleanup: Callable[[], object]
+    ) -> Loaded | None:
+        """Each tick: move the reload on; what to put into service now, or None.
+
+        ``cleanup`` kills what an import forked (called once each import is
+        over); ``rolled`` says when the new generation runs everywhere.
+        """
+        if self.phase is Phase.IDLE:
+            return None
+        if stopping:
+            self.cancel()
+            return None
+        if self.phase is Phase.CHECKING:
+            self._poll_check(now, cleanup)
+        if self.phase is Phase.LOADING:
+            return self._poll_load(now, cleanup)
+        if self.phase is Phase.ROLLING and (done := rolled()) is not None:
+            workers, generation = done
+            self.phase = Phase.IDLE
+            self.notifier.reloaded(f"{workers} workers running generation {generation}")
+            event(log, "SupervisorReady", workers=workers, generation=generation)
+        return None
+
+    def new_slots(self, loaded: Loaded) -> list[list[str]] | None:
+        """The slots ``loaded`` configures when they differ from the last configured ones,
+        else None: TTIN/TTOU changes stand until the configured slots change."""
+        configured = [sorted(t) for t in loaded.slots]
+        if configured == self.configured:
+            return None
+        self.configured = configured
+        return configured
 
     def cancel(self) -> None:
-        """Stop a running check (the supervisor is stopping)."""
+        """Stop a running check and forget a running load (the supervisor is stopping)."""
         if self.check is not None:
-            with contextlib.suppress(ProcessLookupError):
-                self.check.kill()
-            self.check.wait()
-            self._finish_check()
-        self.again = self.rolling = False
+            self.check.stop()
+            self.check = None
+        if self.phase is Phase.LOADING:
+            self._abandon()
+        self.again, self.phase = False, Phase.IDLE
 
-    def run_once(self, now: float) -> Loaded | None:
-        """Poll the check; once it passed, load in the parent. What to put into service, or None."""
-        if self.check is None:
-            return None
-        code = self.check.poll()
-        if code is None and now < self.deadline:
-            return None
-        if code is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.check.kill()
-            self.check.wait()
+    # --- check ----------------------------------------------------------------------------
+
+    def _start_check(self, now: float) -> None:
+        self.check = self.start_check(self.loader.spec)
+        self.phase = Phase.CHECKING
+        self.started = now
+        self.deadline = now + CHECK_TIMEOUT_S
+
+    def _poll_check(self, now: float, cleanup: Callable[[], object]) -> None:
+        assert self.check is not None
+        reason = self.check.verdict()
+        if reason is None and now < self.deadline:
+            return
+        if reason is None:
             reason = f"importing the new code took longer than {CHECK_TIMEOUT_S:.0f}s"
-        else:
-            reason = self._last_line() if code else ""
-        self._finish_check()
-        loaded = self._failed(reason) if reason else self._load()
-        if self.again:
-            self.again = False
-            self.start()
-        return loaded
+        self.check.stop()
+        self.check = None
+        cleanup()
+        if reason:
+            self._failed(reason, now)
+            return
+        self.load_bound = max(LOAD_MIN_S, 3 * (now - self.started))
+        self._start_load(now)
 
-    def _last_line(self) -> str:
-        assert self.output is not None
-        self.output.seek(0)
-        lines = [
-            ln for ln in self.output.read().decode(errors="replace").splitlines() if ln.strip()
-        ]
-        return lines[-1].strip()[:500] if lines else "the check exited with an error"
+    # --- load -----------------------------------------------------------------------------
 
-    def _finish_check(self) -> None:
-        if self.output is not None:
-            self.output.close()
-        self.check, self.output = None, None
+    def _start_load(self, now: float) -> None:
+        with self._lock:
+            self._token += 1
+            self._result = None
+            token = self._token
+        self.phase = Phase.LOADING
+        self.deadline = now + self.load_bound
+        threading.Thread(target=self._load, args=(token,), name="brooq-reload", daemon=True).start()
 
-    def _load(self) -> Loaded | None:
+    def _load(self, token: int) -> None:
+        """In the loader thread: settings, the import, the slots; the result or why not."""
+        result: Loaded | str
         try:
             settings = self.settings()
             queue = self.loader.load_again()
-            slots = self.prepare(queue, settings)
-        except Exception as exc:  # the old code keeps serving, whatever went wrong
-            return self._failed(f"{type(exc).__name__}: {exc}")
-        return Loaded(queue, settings, slots)
+            result = Loaded(queue, settings, self.prepare(queue, settings))
+        except BaseException as exc:  # SystemExit too: a reload never ends the supervisor
+            result = f"{type(exc).__name__}: {exc}"
+        with self._lock:
+            if token == self._token:
+                self._result = result
+                return
+        if isinstance(result, Loaded):  # the loop gave up on this load: undo it
+            self.loader.put_back()
 
-    @staticmethod
-    def _failed(reason: str) -> None:
+    def _poll_load(self, now: float, cleanup: Callable[[], object]) -> Loaded | None:
+        with self._lock:
+            result = self._result
+        if result is None and now < self.deadline:
+            return None
+        if result is None:
+            self._abandon()
+            result = (
+                f"importing the new code in the supervisor took longer than {self.load_bound:.0f}s"
+            )
+        cleanup()
+        if isinstance(result, str):
+            self._failed(result, now)
+            return None
+        self.phase = Phase.ROLLING
+        self._again(now)
+        return result
+
+    def _abandon(self) -> None:
+        """Give up on the running load: its result will be ignored and undone."""
+        with self._lock:
+            self._token += 1
+        self.loader.put_back()
+
+    # --- endings --------------------------------------------------------------------------
+
+    def _failed(self, reason: str, now: float) -> None:
         event(
             log,
             "ReloadFailed",
@@ -249,92 +328,22 @@ class Reloader:
             error=reason,
             note="the workers keep running the code and settings they have",
         )
-        return None
+        self.phase = Phase.IDLE
+        if not self._again(now):
+            self.notifier.reloaded("reload failed; the old code serves")
 
-
-def apply(sup: Supervisor, loaded: Loaded) -> None:
-    """Put ``loaded`` into service in ``sup``: new app, settings, slots; a new generation."""
-
-    old = sup.settings
-    unapplied = sorted(
-        k for k in NEEDS_RESTART if getattr(old, k, None) != getattr(loaded.settings, k, None)
-    )
-    sup.queue = loaded.queue
-    sup.settings = loaded.settings.replace(
-        **{k: getattr(old, k) for k in NEEDS_RESTART if hasattr(old, k)}
-    )
-    sup.workers.queue, sup.workers.settings = sup.queue, sup.settings  # what new forks run
-    sup.dispatcher.kinds = loaded.queue.registry
-    sup.producer.limits = {
-        t: n
-        for t in loaded.queue.registry.topics()
-        if (n := loaded.queue.registry.options(t).max_running)
-    }
-    sup.maintenance.scheduler.schedules = list(loaded.queue.schedules)
-    sup.metrics.initialise(
-        loaded.queue.registry.topics(),
-        [str(r) for r in RESTART_REASONS],
-        [s.name for s in loaded.queue.schedules],
-    )
-    configured = [sorted(t) for t in loaded.slots]
-    if sup.reloader is not None and configured != sup.reloader.configured:
-        sup.reloader.configured = configured
-        sup.slots = [SlotState(t) for t in configured]
-        for slot in sup.slots:
-            sup.producer.add_group(slot.group)
-    sup.generation += 1
-    event(
-        log,
-        "SupervisorReloaded",
-        generation=sup.generation,
-        workers=len(sup.slots),
-        topics=",".join(loaded.queue.registry.topics()),
-        needs_restart=",".join(unapplied) or None,
-    )
-
-
-def begin(sup: Supervisor) -> None:
-    """SIGHUP: tell systemd, start the check (or, without a reloader, just renew the workers)."""
-    event(log, "SupervisorReloading", generation=sup.generation)
-    if sup.reloader is None:
-        sup.generation += 1
-        return
-    sup.notifier.reloading("reloading: checking the new code")
-    sup.reloader.rolling = True
-    sup.reloader.start()
-
-
-def step(sup: Supervisor, now: float) -> None:
-    """Each tick: finish a check, put what it loaded into service, READY=1 once rolled."""
-    r = sup.reloader
-    if r is None or not r.rolling:
-        return
-    if sup.stopping:
-        r.cancel()
-        return
-    if r.busy:
-        loaded = r.run_once(now)
-        if loaded is not None:
-            apply(sup, loaded)
-        elif not r.busy:  # the check or the load failed: the old workers serve on
-            r.rolling = False
-            sup.notifier.reloaded("reload failed; the old code serves")
-            return
-    if not r.busy and rolled(sup):
-        r.rolling = False
-        sup.notifier.reloaded(f"{len(sup.children)} workers running generation {sup.generation}")
-        event(log, "SupervisorReady", workers=len(sup.children), generation=sup.generation)
-
-
-def rolled(sup: Supervisor) -> bool:
-    """True once every worker is of the current generation and has booted."""
-    return all(c.generation == sup.generation and c.booted for c in sup.children.values()) and len(
-        sup.children
-    ) >= len(sup.slots)
+    def _again(self, now: float) -> bool:
+        """Start the check a SIGHUP asked for while one ran; True if it started."""
+        if not self.again:
+            return False
+        self.again = False
+        self._start_check(now)
+        return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The throwaway check: import the app; exit 0, or print one line and exit 1."""
+    """The throwaway check: import the app; print CHECK_PASSED and exit 0, or print one line
+    and exit 1."""
     parser = argparse.ArgumentParser(prog="python -m brooq.supervisor.reload")
     parser.add_argument("--app", required=True)
     args = parser.parse_args(argv)
@@ -343,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:
         print(f"{type(exc).__name__}: {exc}", flush=True)
         return 1
+    print(CHECK_PASSED, flush=True)
     return 0
 
 

@@ -1,22 +1,27 @@
-"""How the supervisor's services are built from its settings (the arbiter only runs them)."""
+"""How the supervisor's services are built from its settings: each builder takes what it uses.
+
+The arbiter calls these once at start (and a reload calls ``limits_of``
+again); none of them sees the Supervisor.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
+from brooq import metrics as prom
 from brooq.config import Settings
+from brooq.engine.kinds import Registry
 from brooq.engine.periodic import PeriodicScheduler
 from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
+from brooq.engine.store import Claimed, Store
 from brooq.engine.timer import Every
 from brooq.postgres.store import PostgresStore
-from brooq.supervisor.dispatch import Dispatcher
+from brooq.supervisor.database import Database
 from brooq.supervisor.maintenance import Maintenance
-from brooq.supervisor.producer import Producer
-
-if TYPE_CHECKING:
-    from brooq.supervisor.arbiter import Supervisor
+from brooq.supervisor.producer import Group, Producer
+from brooq.vocabulary import Schedule
 
 
 def open_stores(settings: Settings, dsn: str) -> tuple[PostgresStore, PostgresStore]:
@@ -34,44 +39,56 @@ def open_stores(settings: Settings, dsn: str) -> tuple[PostgresStore, PostgresSt
     return writes, PostgresStore(dsn, statement_timeout=bound)
 
 
-def producer_for(sup: Supervisor) -> Producer:
-    """The producer of ``sup``: one buffer per topic group, caps from the kinds' options."""
-    s, registry = sup.settings, sup.queue.registry
-    limits = {t: n for t in registry.topics() if (n := registry.options(t).max_running)}
+def limits_of(registry: Registry) -> dict[str, int]:
+    """The ``max_running`` cap of every topic that has one."""
+    return {t: n for t in registry.topics() if (n := registry.options(t).max_running)}
+
+
+def build_producer(
+    settings: Settings,
+    registry: Registry,
+    *,
+    store: Store,
+    claims: Database,
+    holder: str,
+    groups: Sequence[Group],
+    workers: int,
+    on_claimed: Callable[[list[Claimed], float], None],
+) -> Producer:
+    """The producer: one buffer per group of topics, caps from the kinds' options, a prefetch
+    of ``QUEUE_PREFETCH`` (default: one job per worker)."""
     return Producer(
-        sup.claims_store,
-        sup.db.claims,
-        sup.holder,
-        s.lease,
-        sorted({slot.group for slot in sup.slots}),
-        limits,
-        len(sup.slots) if s.prefetch is None else s.prefetch,
-        s.poll_interval,
-        max_wait=max(1.0, 2 * s.poll_interval.total_seconds()),
-        on_claimed=sup.held.claimed,
+        store,
+        claims,
+        holder,
+        settings.lease,
+        sorted(set(groups)),
+        limits_of(registry),
+        workers if settings.prefetch is None else settings.prefetch,
+        settings.poll_interval,
+        max_wait=max(1.0, 2 * settings.poll_interval.total_seconds()),
+        on_claimed=on_claimed,
     )
 
 
-def dispatcher_for(sup: Supervisor) -> Dispatcher:
-    """The dispatcher of ``sup``: buffered jobs to idle workers, reports to the completer."""
-    return Dispatcher(
-        sup.queue.registry,
-        sup.producer,
-        sup.completer,
-        sup.holdings,
-        sup.metrics,
-        sup.settings.lease.total_seconds(),
-        sup.workers.retire,
-    )
-
-
-def maintenance_for(sup: Supervisor) -> Maintenance:
-    """The reaper, retention and periodic schedules of ``sup``, on its writes lane."""
-    s, store = sup.settings, sup.store
+def build_maintenance(
+    settings: Settings,
+    schedules: Sequence[Schedule],
+    *,
+    store: Store,
+    writes: Database,
+    metrics: prom.Metrics,
+) -> Maintenance:
+    """The reaper, retention and periodic schedules, on the writes lane."""
     return Maintenance(
-        sup.db.writes,
-        Reaper(store, Every(s.reaper_period), s.max_expirations),
-        Retention(store, s.retention_ttl, s.retention_batch, Every(s.retention_period)),
-        PeriodicScheduler(sup.queue.schedules, store.enqueue_many, store.last_scheduled_run),
-        sup.metrics,
+        writes,
+        Reaper(store, Every(settings.reaper_period), settings.max_expirations),
+        Retention(
+            store,
+            settings.retention_ttl,
+            settings.retention_batch,
+            Every(settings.retention_period),
+        ),
+        PeriodicScheduler(list(schedules), store.enqueue_many, store.last_scheduled_run),
+        metrics,
     )

@@ -1,27 +1,29 @@
 """The supervisor's service surface: /healthz, /metrics and the dashboard at /ui.
 
 The HTTP server runs in threads of its own (brooq.surface); the loop only
-publishes a health verdict each tick and a snapshot of what its workers do.
-Health is judged from the supervisor's own state (workers up and not
-wedged, the database thread answering), never by a query in an HTTP thread,
-and never carries database error text.
+publishes a health verdict each tick, and the metrics read a snapshot of
+what the workers do through a callback. Health is judged from the
+supervisor's own state (workers up and not wedged, the database lanes
+answering), never by a query in an HTTP thread, and never carries database
+error text.
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
 
 from brooq import metrics as prom
+from brooq.config import Settings
+from brooq.supervisor.children import ChildProcess
 from brooq.surface.dashboard import Dashboard, DashboardPorts
 from brooq.surface.dashboard.ports import close_ports, postgres_ports
 from brooq.surface.service import HealthBoard, ServiceSurface
 
-if TYPE_CHECKING:
-    from brooq.supervisor.arbiter import Supervisor
-
 DATABASE_SILENT_S = 10.0
-"""/healthz fails when the database thread has not finished a task for this long."""
+"""/healthz fails when the database lanes have not finished a task for this long."""
+
+WorkersSnapshot = Callable[[], tuple[int, dict[str, int]]]
+"""Worker processes running, and busy workers per topic (called from an HTTP thread)."""
 
 
 class Surface:
@@ -33,23 +35,29 @@ class Surface:
         self.ports: DashboardPorts | None = None
 
     @classmethod
-    def open(cls, sup: Supervisor) -> Surface | None:
+    def open(
+        cls,
+        settings: Settings,
+        *,
+        dsn: str,
+        topics: list[str],
+        supervisor_pid: int,
+        workers: WorkersSnapshot,
+    ) -> Surface | None:
         """Bind HTTP_ADDR (SurfaceConfigError before any worker is forked); None when off."""
-        settings = sup.settings
         if not settings.http_addr:
             return None
         board = HealthBoard()
-        topics = sup.queue.registry.topics()
-        ports = postgres_ports(sup.dsn)  # the dashboard's own connections, never the loop's
+        ports = postgres_ports(dsn)  # the dashboard's own connections, never the loop's
         service = ServiceSurface(
             settings.http_addr,
-            dsn=sup.dsn,
+            dsn=dsn,
             topics=topics,
-            supervisor_pid=sup.pid,
+            supervisor_pid=supervisor_pid,
             health=board,
             token=settings.token,
             allow_remote=settings.http_allow_remote,
-            collectors=[prom.WorkersCollector(lambda: workers_snapshot(sup), topics)],
+            collectors=[prom.WorkersCollector(workers, topics)],
             more_routes=Dashboard(ports, settings.token).routes,
         )
         surface = cls(service, board)
@@ -60,9 +68,9 @@ class Surface:
         """Serve in the server's threads."""
         self.service.start()
 
-    def publish(self, sup: Supervisor) -> None:
+    def publish(self, healthy: bool, reason: str) -> None:
         """The loop's verdict for /healthz, once per tick."""
-        self.board.publish(*health(sup))
+        self.board.publish(healthy, reason)
 
     def asked_since(self, since: float) -> bool:
         """True when /healthz was read after ``since``: worth a fresh look at the database."""
@@ -75,27 +83,29 @@ class Surface:
             close_ports(self.ports)
 
 
-def workers_snapshot(sup: Supervisor) -> tuple[int, dict[str, int]]:
-    """Worker processes running, and busy workers per topic (read from an HTTP thread)."""
-    busy: dict[str, int] = {}
-    for child in list(sup.children.values()):
+def busy_by_topic(children: Iterable[ChildProcess]) -> tuple[int, dict[str, int]]:
+    """Worker processes running, and busy workers per topic."""
+    count, busy = 0, dict[str, int]()
+    for child in list(children):
+        count += 1
         job = child.job
         if job is not None:
             busy[job.claimed.topic] = busy.get(job.claimed.topic, 0) + 1
-    return len(sup.children), busy
+    return count, busy
 
 
-def health(sup: Supervisor) -> tuple[bool, str]:
-    """/healthz: workers up and not wedged, the database answering; a fixed reason."""
-    if sup.stopping:
-        return False, f"stopping ({sup.stopping})"
-    if not sup.db.answering(time.monotonic(), DATABASE_SILENT_S):
+def health(
+    stopping: str | None, answering: bool, children: Iterable[ChildProcess], slots: int
+) -> tuple[bool, str]:
+    """/healthz: not stopping, the database answering, every slot's worker up and not wedged;
+    a fixed reason (never a database error's text)."""
+    if stopping:
+        return False, f"stopping ({stopping})"
+    if not answering:
         return False, "database unavailable"
     running = sum(
-        1
-        for c in sup.children.values()
-        if c.booted and not c.retiring and c.kill is None and not c.closed
+        1 for c in children if c.booted and not c.retiring and c.kill is None and not c.closed
     )
-    if running < len(sup.slots):
-        return False, f"{running} of {len(sup.slots)} workers running"
+    if running < slots:
+        return False, f"{running} of {slots} workers running"
     return True, f"{running} workers running"

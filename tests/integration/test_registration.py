@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from brooq.postgres.registration import PostgresRegistration
 from brooq.postgres.store import PostgresStore
 from brooq.supervisor.database import InlineDatabase
 from brooq.supervisor.registration import EXPIRE_AFTER, PERIOD, Registration
@@ -17,22 +18,27 @@ from brooq.supervisor.registration import EXPIRE_AFTER, PERIOD, Registration
 pytestmark = pytest.mark.db
 
 
-def fake_supervisor(store: PostgresStore) -> Any:
-    claimed = SimpleNamespace(id="0190f4c4-7a55-7c1e-8f00-000000000001", topic="email.send")
-    busy = SimpleNamespace(pid=101, slot=0, job=SimpleNamespace(claimed=claimed, started=0.0))
-    idle = SimpleNamespace(pid=102, slot=1, job=None)
-    return SimpleNamespace(
-        store=store,
-        db=SimpleNamespace(writes=InlineDatabase()),
-        holder="host-a:77:abc",
-        name="app:queue",
-        stopping=None,
-        children={101: busy, 102: idle},
-        slots=[
-            SimpleNamespace(topics=["email.send", "report"]),
-            SimpleNamespace(topics=["email.send"]),
-        ],
-    )
+class Workers:
+    """What the loop hands Registration each tick: its workers, topics, whether it stops."""
+
+    def __init__(self) -> None:
+        claimed = SimpleNamespace(id="0190f4c4-7a55-7c1e-8f00-000000000001", topic="email.send")
+        busy = SimpleNamespace(pid=101, slot=0, job=SimpleNamespace(claimed=claimed, started=0.0))
+        idle = SimpleNamespace(pid=102, slot=1, job=None)
+        self.children: list[Any] = [busy, idle]
+        self.topics = ["report", "email.send"]
+        self.stopping = False
+
+    def tick(self, registration: Registration, now: float) -> str | None:
+        return registration.run_once(
+            now, workers=self.children, topics=self.topics, stopping=self.stopping
+        )
+
+
+def registration_on(store: PostgresStore) -> tuple[Registration, InlineDatabase]:
+    writes = InlineDatabase()
+    writer = PostgresRegistration(store.connector)
+    return Registration(writer, writes, holder="host-a:77:abc", app="app:queue"), writes
 
 
 def rows(pg: psycopg.Connection[Any]) -> dict[str, dict[str, Any]]:
@@ -49,9 +55,9 @@ def test_run_once_registers_when_due_and_expires_dead_supervisors(
         "VALUES ('gone:1:x', 'gone', 1, now() - %s * interval '1 second')",
         (expired,),
     )
-    sup = fake_supervisor(pg_store)
-    registration = Registration(sup)
-    registration.run_once(1000.0)
+    registration, writes = registration_on(pg_store)
+    loop = Workers()
+    loop.tick(registration, 1000.0)
     found = rows(pg)
     assert set(found) == {"host-a:77:abc"}  # the long-dead one expired
     mine = found["host-a:77:abc"]
@@ -62,37 +68,37 @@ def test_run_once_registers_when_due_and_expires_dead_supervisors(
         (102, None, None),
     ]
     assert workers[0]["started_at"] is not None
-    assert sup.db.writes.ran == ["register"]
-    registration.run_once(1000.0 + PERIOD.total_seconds() / 2)  # not due yet
-    assert sup.db.writes.ran == ["register"]
-    registration.run_once(1000.0 + PERIOD.total_seconds() + 0.1)
-    assert sup.db.writes.ran == ["register", "register"]
+    assert writes.ran == ["register"]
+    loop.tick(registration, 1000.0 + PERIOD.total_seconds() / 2)  # not due yet
+    assert writes.ran == ["register"]
+    loop.tick(registration, 1000.0 + PERIOD.total_seconds() + 0.1)
+    assert writes.ran == ["register", "register"]
 
 
 def test_a_clean_stop_deletes_the_row_once_no_worker_is_left(
     pg_store: PostgresStore, pg: psycopg.Connection[Any]
 ) -> None:
-    sup = fake_supervisor(pg_store)
-    registration = Registration(sup)
-    registration.run_once(1.0)
-    sup.stopping = "graceful"
-    registration.run_once(100.0)  # workers still finishing: the row stays, kept current
+    registration, writes = registration_on(pg_store)
+    loop = Workers()
+    loop.tick(registration, 1.0)
+    loop.stopping = True
+    loop.tick(registration, 100.0)  # workers still finishing: the row stays, kept current
     assert "host-a:77:abc" in rows(pg)
-    sup.children = {}
-    registration.run_once(101.0)
-    registration.run_once(102.0)
+    loop.children = []
+    loop.tick(registration, 101.0)
+    loop.tick(registration, 102.0)
     assert rows(pg) == {}
-    assert sup.db.writes.ran.count("unregister") == 1
+    assert writes.ran.count("unregister") == 1
 
 
 def test_an_unmigrated_table_warns_once_and_jobs_go_on(
     pg_store: PostgresStore, pg: psycopg.Connection[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     pg.execute("DROP TABLE brooq_supervisor")
-    sup = fake_supervisor(pg_store)
-    registration = Registration(sup)
-    registration.run_once(1.0)
-    registration.run_once(100.0)
+    registration, _ = registration_on(pg_store)
+    loop = Workers()
+    loop.tick(registration, 1.0)
+    loop.tick(registration, 100.0)
     warned = [
         r
         for r in caplog.records

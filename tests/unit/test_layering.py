@@ -514,3 +514,45 @@ def test_the_listen_detector_sees_listen() -> None:
         assert LISTEN_RE.search(statement), statement
     for prose in ["listen to the workers", "when no NOTIFY wakes them", "the LISTEN thread reads"]:
         assert not LISTEN_RE.search(prose), prose
+
+
+# --- the supervisor's parts take what they use ---------------------------------------------------
+
+ARBITER = "brooq.supervisor.arbiter"
+ARBITER_CALLERS = {"brooq.supervisor.arbiter", "brooq.cli.run"}
+"""The arbiter itself and its entry point (``brooq supervise``)."""
+
+
+def test_no_part_of_the_supervisor_reaches_back_into_the_arbiter() -> None:
+    """Each part is built from what it uses: only the arbiter and its entry point import it,
+    not even under TYPE_CHECKING (a part that needs the whole Supervisor reaches into it)."""
+    bad = [
+        str(imp)
+        for path in sources()
+        if module_name(path) not in ARBITER_CALLERS
+        for imp in collect_imports(parse(path), path, module_name(path))
+        if is_within(imp.module, ARBITER)
+    ]
+    assert bad == []
+
+
+def test_the_arbiter_rule_would_catch_a_type_checking_import() -> None:
+    code = (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .arbiter import Supervisor\n"
+    )
+    path = PACKAGE / "supervisor" / "exits.py"
+    found = collect_imports(ast.parse(code), path, "brooq.supervisor.exits")
+    assert any(is_within(i.module, ARBITER) for i in found)
+
+
+MAX_MODULE_LINES = 400
+
+
+def test_no_module_of_brooq_is_over_400_lines() -> None:
+    """Small modules named for what they hold: a longer one is split where its concepts split."""
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sources()
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}

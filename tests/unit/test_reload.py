@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from brooq.app import AppLoadError
-from brooq.supervisor.reload import AppLoader, main
+from brooq.supervisor.apploader import AppLoader
+from brooq.supervisor.reload import main
 from brooq.supervisor.systemd import Notifier
 
 APP = """
