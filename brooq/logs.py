@@ -159,17 +159,41 @@ EVENT_BY_LABEL = {
 
 
 class LoggingListener:
-    """Logs JobClaimed and the outcome event of every attempt."""
+    """Logs JobClaimed and the outcome event of every attempt.
+
+    With ``every_job`` off (the supervisor's default, QUEUE_LOG_JOBS), a job
+    that is claimed and done is logged at DEBUG only: its row is its record
+    and the metrics count it, and two log lines cost more CPU than a short
+    job itself. Failures, dead and canceled jobs and lost leases are logged
+    either way.
+    """
+
+    def __init__(self, every_job: bool = True) -> None:
+        self.every_job = every_job
+
+    def _quiet(self) -> bool:
+        return not self.every_job and not job_log.isEnabledFor(logging.DEBUG)
 
     def claimed(self, claimed: Claimed, options: KindOptions) -> None:
-        """Log JobClaimed."""
+        """Log JobClaimed (at DEBUG unless every job is logged)."""
+        if self._quiet():
+            return
+        level = logging.INFO if self.every_job else logging.DEBUG
         event(
-            job_log, "JobClaimed", job_id=claimed.id, topic=claimed.topic, attempt=claimed.attempt
+            job_log,
+            "JobClaimed",
+            level,
+            job_id=claimed.id,
+            topic=claimed.topic,
+            attempt=claimed.attempt,
         )
 
     def settled(self, attempted: Attempted) -> None:
         """Log JobDone/JobFailed/JobDead/JobCanceled (or LeaseLost when nothing was written)."""
         outcome = attempted.outcome
+        quiet_done = outcome.label == "done" and attempted.written is not False
+        if quiet_done and self._quiet():
+            return
         name = EVENT_BY_LABEL.get(outcome.label, "JobFailed")
         fields = {
             "job_id": attempted.claimed.id,
@@ -185,6 +209,8 @@ class LoggingListener:
         if attempted.written is False and outcome.label != "abandoned":
             name, fields["note"] = "LeaseLost", "outcome not written: the lease was lost"
         level = logging.WARNING if name in ("JobDead", "LeaseLost") else logging.INFO
+        if quiet_done and not self.every_job:
+            level = logging.DEBUG
         event(job_log, name, level, **fields)
 
 

@@ -107,6 +107,13 @@ def kill_children() -> list[int]:
     return [pid for pid in children_of(os.getpid()) if kill_tree(pid)]
 
 
+def drain(fd: int) -> None:
+    """Read a non-blocking pipe empty (a self-pipe that only wakes a loop)."""
+    with contextlib.suppress(BlockingIOError):
+        while os.read(fd, 4096):
+            pass
+
+
 def pid_alive(pid: int) -> bool:
     """True while a process with ``pid`` exists (ours or not)."""
     try:

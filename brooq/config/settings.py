@@ -366,6 +366,15 @@ class Settings:
         section="surface",
         commands=(GLOBAL,),
     )
+    log_jobs: Key[bool] = Key(
+        "QUEUE_LOG_JOBS",
+        v.BOOL,
+        "false",
+        "Log every job at INFO (JobClaimed, JobDone); off, done jobs are logged at DEBUG "
+        "(their row and the metrics record them) and failures are logged either way.",
+        section="surface",
+        commands=(SUPERVISE, WORK),
+    )
 
     def __init__(
         self,

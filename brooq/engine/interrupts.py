@@ -13,7 +13,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import FrameType
 from typing import Any
@@ -32,6 +32,9 @@ class InterruptScope:
     """Turns SIGALRM/SIGUSR1/SIGUSR2 into Interrupted exceptions during an attempt."""
 
     def __init__(self) -> None:
+        self.accept: Callable[[int], bool] = _always
+        """Whether a signal is meant for the attempt running now (the supervisor's worker
+        checks the job a cancel or lost lease names; SIGALRM is always its own)."""
         self._armed = False
         self._installed = False
         self._task: asyncio.Task[object] | None = None
@@ -61,10 +64,20 @@ class InterruptScope:
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._installed = False
 
+    def reinstall_if_replaced(self) -> None:
+        """Put the handlers back where a handler of a job replaced them (``SIG_IGN`` on
+        SIGALRM would disable the timeout of every later job of this process)."""
+        if self._installed and any(
+            signal.getsignal(signum) != self._on_signal for signum in SIGNAL_REASONS
+        ):
+            for signum in SIGNAL_REASONS:
+                signal.signal(signum, self._on_signal)
+
     @contextlib.contextmanager
     def attempt(self, timeout: timedelta | None) -> Iterator[None]:
         """Arm interrupts (and the timeout alarm) for the body of the block."""
         self.install()
+        self.reinstall_if_replaced()
         self.fired = None
         started = time.monotonic()
         previous = signal.getitimer(signal.ITIMER_REAL)[0] if self._installed else 0.0
@@ -87,7 +100,7 @@ class InterruptScope:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         reason = SIGNAL_REASONS[signum]
-        if not self._armed or self.fired is not None:
+        if not self._armed or self.fired is not None or not self.accept(signum):
             return
         self.fired = reason
         if self._task is not None and not self._task.done():
@@ -98,6 +111,11 @@ class InterruptScope:
             return
         self._armed = False
         raise reason()
+
+
+def _always(signum: int) -> bool:
+    """Every signal is meant for the running attempt (one slot, one job)."""
+    return True
 
 
 def _nothing() -> None:

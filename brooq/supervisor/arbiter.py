@@ -47,6 +47,12 @@ HANDLED_SIGNALS = (
 )
 MAX_TICK_S = 1.0
 BUSY_TICK_S = 0.1
+MIN_GAP_S = 0.001
+MAX_GAP_S = 0.02
+"""While workers report, the loop runs at most every MIN_GAP_S, and less often while their
+queues hold more work (up to MAX_GAP_S): it reads them in batches."""
+HOUSEKEEPING_S = 0.05
+"""How often the steps about the processes themselves run (spawn, health, registration)."""
 FINAL_FLUSH_S = 10.0
 
 
@@ -67,6 +73,13 @@ class Supervisor(Wiring):
     final_deadline = 0.0
     """Stopping with no worker left: how long outcomes may still take to be written."""
     surface: Surface | None = None
+    ticked_at = 0.0
+    reading = False
+    """The last tick read what workers sent: the next one may wait for more."""
+    reap_due = True
+    poked = True
+    """A signal or an exit asks for the housekeeping steps now."""
+    next_housekeeping = 0.0
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -129,10 +142,7 @@ class Supervisor(Wiring):
         """Let the database lanes finish their queue, then close what the parent opened."""
         signal.set_wakeup_fd(-1)
         osproc.kill_children()  # what handlers left behind, reparented to us: nothing outlives
-        self.db.stop(timeout=5.0)
-        self.notices.stop()
-        self.store.close()
-        self.claims_store.close()
+        self.close_parts()
         if self.surface is not None:
             self.surface.close()
         for fd in (self.wake_r, self.wake_w):
@@ -142,10 +152,11 @@ class Supervisor(Wiring):
     # --- the loop ---------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One pass of every step."""
-        now = time.monotonic()
+        """One pass: what woke the loop, the jobs' way through it, then (every HOUSEKEEPING_S,
+        or at once after a signal or an exit) the upkeep of the processes."""
+        now = self.ticked_at = time.monotonic()
         self.notifier.pet()
-        self.db.collect()
+        self.db.collect(self.readable)
         self.read_notices()
         self.read_workers(now)
         self.reap_children()
@@ -156,16 +167,28 @@ class Supervisor(Wiring):
         self.claim(now)
         self.maintain(now)
         self.complete(now)
-        self.probe_database(now)
-        self.reload_step(now)
-        self.manage_workers()
-        self.db.check_stuck(now)
-        self.report_ready()
-        self.register(now)
-        self.publish_health(now)
+        if self.housekeeping_due(now):
+            self.probe_database(now)
+            self.reload_step(now)
+            self.manage_workers()
+            self.db.check_stuck(now)
+            self.report_ready()
+            self.register(now)
+            self.publish_health(now)
 
     def wait(self) -> None:
-        """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline."""
+        """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline.
+
+        While workers report and every one has work queued, the loop first lets half
+        of the least of that work go by (MIN_GAP_S to MAX_GAP_S): what they write
+        meanwhile is read in one pass, and the loop's own work is paid per batch,
+        not per job. No worker waits for it: each one's queue still holds a job.
+        """
+        if self.reading:
+            now = time.monotonic()
+            gap = min(MAX_GAP_S, max(MIN_GAP_S, self.dispatcher.slack(now) / 2))
+            if (rest := self.ticked_at + gap - now) > 0:
+                time.sleep(rest)
         socks, writes = self.workers.sockets()
         reads = [self.wake_r, *self.db.filenos(), self.notices.fileno(), *socks]
         try:
@@ -173,24 +196,20 @@ class Supervisor(Wiring):
         except InterruptedError:
             return
         self.readable = set(ready)
-        for child in self.children.values():
-            if child.sock in writable:
-                child.flush()
+        self.workers.flush(writable)
         if self.wake_r in ready:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self.wake_r, 4096):
-                    pass
+            osproc.drain(self.wake_r)
 
     def timeout(self) -> float:
         """Seconds until the next thing that must happen, at most MAX_TICK_S."""
         now = time.monotonic()
         cap = BUSY_TICK_S if (self.holdings or self.stopping) else MAX_TICK_S
-        deadlines = [self.leases.every.next_at]
+        deadlines = [self.leases.every.next_at, *self.producer.next_polls(now)]
         if self.notifier.next_pet_at is not None:
             deadlines.append(self.notifier.next_pet_at)
         if (flush_at := self.completer.next_flush_at()) is not None:
             deadlines.append(flush_at)
-        deadlines += [d for c in self.children.values() if c.job and (d := c.job.next_deadline())]
+        deadlines += self.dispatcher.deadlines()
         return max(0.0, min([cap] + [d - now for d in deadlines]))
 
     # --- signals --------------------------------------------------------------------------
@@ -204,6 +223,7 @@ class Supervisor(Wiring):
                 return
             name = signal.Signals(signum).name.lower()
             getattr(self, f"handle_{name}", lambda: None)()
+            self.poked = True
 
     def handle_sigterm(self) -> None:
         """Graceful stop: no more claims; running jobs get the graceful timeout."""
@@ -221,7 +241,7 @@ class Supervisor(Wiring):
         )
         self.held.release(self.producer.drain(), "stopping")
         for child in self.workers:
-            self.workers.retire(child)
+            self.dispatcher.retire(child)
 
     handle_sigint = handle_sigterm
 
@@ -244,6 +264,10 @@ class Supervisor(Wiring):
         else:
             self.reloader.begin(time.monotonic())
 
+    def handle_sigchld(self) -> None:
+        """A worker (or something it left) ended: reap it this tick."""
+        self.reap_due = True
+
     def handle_sigttin(self) -> None:
         """One worker more (serving every topic of this supervisor)."""
         served = self.served()
@@ -261,6 +285,8 @@ class Supervisor(Wiring):
 
     def read_notices(self) -> None:
         """New jobs wake the producer; cancels interrupt or drop the job wherever it is."""
+        if self.notices.fileno() not in self.readable:
+            return
         heard = self.notices.read()
         self.producer.heard(heard.topics)
         for job_id in heard.canceled:
@@ -268,9 +294,11 @@ class Supervisor(Wiring):
 
     def read_workers(self, now: float) -> None:
         """Apply every message the workers sent since the last tick."""
-        readable, self.readable = self.readable, set()
+        readable = self.readable
+        self.reading = False
         for child in self.workers:
             if child.sock in readable:
+                self.reading = True
                 self.read_worker(child, now)
 
     def read_worker(self, child: ChildProcess, now: float) -> None:
@@ -279,8 +307,13 @@ class Supervisor(Wiring):
             self.workers.kill(child, Kill.BROKEN)
 
     def reap_children(self) -> None:
-        """waitpid every worker that ended; settle what it leaves behind."""
+        """After a SIGCHLD (and with every housekeeping, in case one was lost): waitpid every
+        worker that ended; settle what it leaves behind."""
+        if not self.reap_due and time.monotonic() < self.next_housekeeping:
+            return
+        self.reap_due = False
         for child, status in self.workers.reaped():
+            self.poked = True
             self.read_worker(child, time.monotonic())  # its last words come first
             self.exits.worker_exited(
                 child,
@@ -311,14 +344,15 @@ class Supervisor(Wiring):
 
     def dispatch(self, now: float) -> None:
         """Buffered jobs to idle workers."""
-        self.dispatcher.run_once(self.children.values(), now)
+        self.dispatcher.run_once(now)
 
     def claim(self, now: float) -> None:
         """Refill the buffers (none once stopping; late claims go straight back)."""
         if self.stopping:
             self.held.release(self.producer.drain(), "stopping")
         else:
-            self.producer.run_once(now, *self.workers.group_counts())
+            demand = self.dispatcher.demand()
+            self.producer.run_once(now, demand.free, demand.workers)
 
     def maintain(self, now: float) -> None:
         """Reaper, retention and periodic schedules, when each is due."""
@@ -328,6 +362,13 @@ class Supervisor(Wiring):
     def complete(self, now: float) -> None:
         """Write the outcomes that are due (all of them once stopping)."""
         self.completer.run_once(now, force=bool(self.stopping))
+
+    def housekeeping_due(self, now: float) -> bool:
+        """True every HOUSEKEEPING_S, and right after a signal or an exit."""
+        if not self.poked and now < self.next_housekeeping:
+            return False
+        self.poked, self.next_housekeeping = False, now + HOUSEKEEPING_S
+        return True
 
     def probe_database(self, now: float) -> None:
         """A cheap query when the lanes have been quiet, or /healthz was just asked: what
@@ -348,17 +389,13 @@ class Supervisor(Wiring):
         if loaded is not None:
             self.put_into_service(loaded)
 
-    def rolled(self) -> tuple[int, int] | None:
-        """(workers, generation) once every slot runs a booted worker of the newest generation."""
-        if self.workers.rolled(self.generation, len(self.slots)):
-            return len(self.children), self.generation
-        return None
-
     def manage_workers(self) -> None:
         """Bring the workers back to the target: spawn missing, retire extra and old ones
         (no fork while the parent imports new code: a fork would copy its import locks)."""
         if not self.stopping and not (self.reloader and self.reloader.loading):
-            self.workers.manage(self.slots, self.generation)
+            self.workers.manage(
+                self.slots, self.generation, self.dispatcher.retire, time.monotonic()
+            )
 
     def report_ready(self) -> None:
         """READY=1 to systemd once every slot's first worker has booted."""

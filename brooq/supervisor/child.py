@@ -1,6 +1,11 @@
 """A worker process: jobs arrive from the parent over a socket, outcomes go back the same way.
 
-It runs each handler in its main thread and never waits for the database on
+The parent sends a worker its next jobs ahead of time; the worker keeps them
+in a queue and runs them one after the other in its main thread, reporting
+each outcome without waiting for an answer, so it never sleeps between jobs
+while its queue holds one. Before it starts a job it marks it started on its
+board (board.py), unless the parent took it back meanwhile (a long job ran
+ahead of it): a job is never run twice. It never waits for the database on
 the hot path: the parent claims for it and writes its plain outcomes. A job
 with effects (``chain``, ``on_succeeded``) is settled here, in one
 transaction on the worker's own connection (opened on first need). It dies
@@ -15,17 +20,19 @@ import contextlib
 import enum
 import logging
 import os
+import select
 import signal
 import sys
 import time
 import traceback
+from collections import deque
 from dataclasses import dataclass
 from types import FrameType
 from typing import NoReturn
 
 from brooq import osproc
 from brooq.engine.executor import Executed, Executor
-from brooq.engine.outcome import Outcome
+from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.runner import Attempted, settle_executed
 from brooq.engine.store import Claimed, Store
 from brooq.logs import LoggingListener
@@ -33,9 +40,13 @@ from brooq.metrics import Metrics, set_identity
 from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import protocol
+from brooq.supervisor.board import Board
 from brooq.vocabulary import StoreUnavailable
 
 log = logging.getLogger("brooq.child")
+
+ABANDONED = Outcome(SettleKind.ABANDON, "abandoned")
+"""What a job canceled (or lost) before it started comes to: nothing is written."""
 
 
 class ExitCode(enum.IntEnum):
@@ -63,23 +74,41 @@ class WorkerConfig:
     max_payload_bytes: int = 1024 * 1024
     metrics_id: str = "w0"
     prepare: bool = True
+    log_jobs: bool = False
+    """Log every job at INFO (JobClaimed, JobDone); failures are logged either way."""
 
 
 class _Stopping(BaseException):
     """Raised by SIGTERM while idle: leave the blocking read and exit."""
 
 
+INTERRUPT_CODES = {signal.SIGUSR1: 1, signal.SIGUSR2: 2}
+"""The code the parent posts on the board for the interrupt each signal carries."""
+
+
 class Worker:
-    """The loop of one worker process."""
+    """The loop of one worker process: its queue of jobs, run one after the other."""
 
     def __init__(
-        self, queue: Queue, config: WorkerConfig, sock: int, metrics: Metrics | None = None
+        self,
+        queue: Queue,
+        config: WorkerConfig,
+        sock: int,
+        board: Board | None,
+        metrics: Metrics | None = None,
     ) -> None:
-        self.queue, self.config, self.sock = queue, config, sock
+        self.queue, self.config, self.sock, self.board = queue, config, sock, board
         self.executor = Executor(queue.registry)
+        self.executor.interrupts.accept = self._interrupt_is_ours
         self.metrics = metrics
-        self.log = LoggingListener()
-        self.jobs = 0
+        self.log = LoggingListener(every_job=config.log_jobs)
+        self.reader = protocol.FrameReader(sock)
+        self.jobs: deque[protocol.Assign] = deque()
+        """Jobs the parent sent ahead, not started yet."""
+        self.current = 0
+        """The sequence number of the job running now (0: none)."""
+        self.finished = 0
+        self.stop_asked = False
         self.stopping = False
         self.busy = False
         self.damaged = False
@@ -100,6 +129,12 @@ class Worker:
         if not self.busy:
             raise _Stopping
 
+    def _interrupt_is_ours(self, signum: int) -> bool:
+        """A cancel or a lost lease is for the job the parent named, never the next one
+        (without a board the worker holds one job at a time: it is that one)."""
+        code = INTERRUPT_CODES.get(signal.Signals(signum))
+        return code is None or self.board is None or self.board.interrupt_for(self.current) == code
+
     def install_signals(self) -> None:
         """TERM: finish the job, then leave. INT is ignored: the parent decides what a ^C
         means (a worker leads a process group of its own, but a handler may signal its
@@ -113,50 +148,69 @@ class Worker:
         self.executor.interrupts.install()
 
     def send(self, message: protocol.Message) -> None:
-        """Tell the parent; a broken connection (EPIPE, EBADF) ends this process."""
+        """Tell the parent (never waiting for an answer); a broken connection (EPIPE, EBADF)
+        ends this process."""
         try:
             protocol.write_message(self.sock, message)
         except OSError:
             os._exit(ExitCode.LOST_PARENT)
 
     def run(self) -> int:
-        """Run the jobs the parent sends until told to stop or due for recycling."""
+        """Run the jobs the parent sends, in order, until told to stop or due to leave."""
+        os.set_blocking(self.sock, False)
         self.idle()
         self.send(protocol.Booted())
         try:
             while True:
-                message = protocol.read_message(self.sock)
-                match message:
-                    case protocol.Assign(claimed):
-                        code = self.take(claimed)
-                        if code is not None:
-                            return code
-                    case protocol.Stop():
-                        return ExitCode.OK
-                    case None:
-                        return ExitCode.LOST_PARENT
+                if not self.jobs and not self.stop_asked:
+                    self.wait_for_jobs()
+                if not self.receive():
+                    return ExitCode.LOST_PARENT
+                if self.stop_asked:
+                    return ExitCode.OK  # the parent puts back what was not started
+                if self.jobs:
+                    code = self.take(self.jobs.popleft())
+                    if code is not None:
+                        return code
         except _Stopping:
             return ExitCode.STOPPED_IDLE
         except (OSError, protocol.ProtocolError):
             return ExitCode.LOST_PARENT
 
-    def take(self, claimed: Claimed) -> int | None:
-        """Run one job (or give it back when leaving); the exit code when leaving now.
+    def wait_for_jobs(self) -> None:
+        """Nothing queued: show it in ps and sleep until the parent writes."""
+        self.idle()
+        select.select([self.sock], [], [])
 
-        ``busy`` covers the whole exchange, the reply included: a SIGTERM then
+    def receive(self) -> bool:
+        """Queue what the parent sent (never waiting); False when the parent is gone."""
+        messages, eof = self.reader.read()
+        for message in messages:
+            match message:
+                case protocol.Assign():
+                    self.jobs.append(message)
+                case protocol.Stop():
+                    self.stop_asked = True
+        return not eof
+
+    def take(self, assign: protocol.Assign) -> int | None:
+        """Run one job unless the parent took it back; the exit code when leaving now.
+
+        ``busy`` covers the whole exchange, the report included: a SIGTERM then
         only marks the worker stopping, so no message is ever cut in half.
         """
         self.busy = True
         try:
-            reason = self.leaving_reason()
-            if reason is not None:
-                self.send(protocol.Returned(claimed.id, reason))
-                return _exit_for(reason)
-            finished = self.execute(claimed)
-            self.jobs += 1
+            if self.board is not None and not self.board.start(assign.seq):
+                return None  # taken back: another worker runs it
+            self.current = assign.seq
+            finished = self.execute(assign.claimed)
+            self.current = 0
+            self.finished += 1
             leaving = self.leaving_reason()
             self.send(
                 protocol.Finished(
+                    assign.seq,
                     finished.ticket,
                     finished.outcome,
                     finished.duration_s,
@@ -164,13 +218,18 @@ class Worker:
                     leaving,
                 )
             )
-            self.idle()
             return None if leaving is None else _exit_for(leaving)
         finally:
+            self.current = 0
             self.busy = False
 
     def execute(self, claimed: Claimed) -> protocol.Finished:
-        """Run the handler; settle here when the job has effects, else hand the outcome back."""
+        """Run the handler; settle here when the job has effects, else hand the outcome back.
+
+        A job whose cancel or lost lease was posted before it started is not run.
+        """
+        if self.board is not None and self.board.interrupt_for(self.current):
+            return protocol.Finished(self.current, claimed.ticket, ABANDONED, 0.0)
         options = self.executor.options(claimed.topic)
         osproc.title(
             f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
@@ -187,7 +246,7 @@ class Worker:
         self.log.settled(Attempted(claimed, outcome, written, duration))
         if self.metrics:
             self.metrics.duration.labels(topic=claimed.topic).observe(duration)
-        return protocol.Finished(claimed.ticket, outcome, duration, written)
+        return protocol.Finished(self.current, claimed.ticket, outcome, duration, written)
 
     def settle_here(self, executed: Executed) -> tuple[Outcome, bool]:
         """Write done with the job's effects in one transaction; an outage writes nothing.
@@ -256,7 +315,7 @@ class Worker:
             return "broken"
         if self.stopping:
             return "stopping"
-        if self.config.max_jobs and self.jobs >= self.config.max_jobs:
+        if self.config.max_jobs and self.finished >= self.config.max_jobs:
             return "max_jobs"
         if self.config.max_memory and osproc.rss_bytes() > self.config.max_memory:
             return "max_memory"
@@ -275,6 +334,7 @@ def worker_main(
     queue: Queue,
     config: WorkerConfig,
     sock: int,
+    board: Board | None,
     parent_pid: int,
     metrics: Metrics | None = None,
 ) -> NoReturn:
@@ -284,7 +344,7 @@ def worker_main(
         osproc.die_with_parent(parent_pid)
         osproc.lead_process_group()  # what a handler forks dies with this worker
         set_identity(config.metrics_id)
-        worker = Worker(queue, config, sock, metrics)
+        worker = Worker(queue, config, sock, board, metrics)
         worker.install_signals()
         code = worker.run()
     except BaseException:

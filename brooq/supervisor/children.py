@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from brooq.engine.store import Claimed
 from brooq.supervisor import protocol
+from brooq.supervisor.board import Board
 from brooq.supervisor.producer import Group
 
 
@@ -54,15 +56,38 @@ RESTART_REASONS = tuple(r for r in Exit if r is not Exit.STOPPED and r is not Ex
 
 @dataclass
 class Running:
-    """A job a worker runs, with the watchdog's deadlines (monotonic seconds)."""
+    """A job sent to a worker: queued there until the worker starts it, then running.
+
+    ``started`` is the worker's own start time (monotonic, read from its board),
+    None while the job waits in the worker's queue. The watchdog's deadlines
+    count from it.
+    """
 
     claimed: Claimed
-    started: float
-    hard_deadline: float | None
-    hung_deadline: float | None
+    seq: int
+    sent: float
     grace_s: float
+    hard_s: float | None = None
+    """``max_execution_timeout`` in seconds (None: no hard limit)."""
+    soft_s: float | None = None
+    """``attempt_timeout`` in seconds (None: none)."""
+    started: float | None = None
     interrupted: Interrupt | None = None
     interrupted_at: float = 0.0
+
+    @property
+    def hard_deadline(self) -> float | None:
+        """When the supervisor kills the worker, whatever the handler does."""
+        if self.started is None or self.hard_s is None:
+            return None
+        return self.started + self.hard_s
+
+    @property
+    def hung_deadline(self) -> float | None:
+        """When a handler past its soft timeout has had its grace and is killed."""
+        if self.started is None or self.soft_s is None:
+            return None
+        return self.started + self.soft_s + self.grace_s
 
     def kill_due(self, now: float) -> tuple[Kill, Interrupt | None] | None:
         """Why the worker must be SIGKILLed now, or None.
@@ -73,9 +98,10 @@ class Running:
         """
         if self.interrupted is not None and now >= self.interrupted_at + self.grace_s:
             return Kill.HUNG, self.interrupted
-        if self.hard_deadline is not None and now >= self.hard_deadline:
+        hard, hung = self.hard_deadline, self.hung_deadline
+        if hard is not None and now >= hard:
             return Kill.MAX_EXECUTION, None
-        if self.hung_deadline is not None and now >= self.hung_deadline:
+        if hung is not None and now >= hung:
             return Kill.HUNG, Interrupt.ATTEMPT_TIMEOUT
         return None
 
@@ -89,7 +115,7 @@ class Running:
 
 @dataclass
 class ChildProcess:
-    """One forked worker and the parent's end of its socket."""
+    """One forked worker, the parent's end of its socket, and the jobs sent to it."""
 
     slot: int
     pid: int
@@ -98,11 +124,16 @@ class ChildProcess:
     started: float
     generation: int
     metrics_id: str
+    board: Board | None = None
     reader: protocol.FrameReader = field(init=False)
     outbox: bytearray = field(default_factory=bytearray)
+    queue: deque[Running] = field(default_factory=deque)
+    """Jobs sent and not finished, in the order sent: the first may be running."""
+    last_seq: int = 0
     booted: bool = False
-    job: Running | None = None
     retiring: bool = False
+    retired_at: float = 0.0
+    """When it was told to start no more jobs (monotonic)."""
     stop_sent: bool = False
     kill: Kill | None = None
     kill_detail: str | None = None
@@ -116,16 +147,45 @@ class ChildProcess:
         self.reader = protocol.FrameReader(self.sock)
 
     @property
+    def job(self) -> Running | None:
+        """The job the worker runs now (it marked it started on its board), or None."""
+        if self.queue and self.queue[0].started is not None:
+            return self.queue[0]
+        return None
+
+    @property
     def idle(self) -> bool:
-        """Booted, running nothing, and staying: it may take a job."""
+        """Booted, nothing sent to it, and staying: it may take a job."""
+        return self.open and not self.queue
+
+    @property
+    def open(self) -> bool:
+        """Booted and staying: jobs may be sent to it."""
         return (
             self.booted
-            and self.job is None
             and not self.retiring
             and self.kill is None
             and self.leaving is None
             and not self.closed
         )
+
+    def observe(self) -> None:
+        """Read the board: the first job in the queue has started, and when (without a board
+        a worker holds one job, counted as started when it was sent)."""
+        if not self.queue or self.queue[0].started is not None:
+            return
+        if self.board is None:
+            self.queue[0].started = self.queue[0].sent
+            return
+        started, head = self.board.started(), self.queue[0]
+        if started.seq >= head.seq and started.at >= head.sent:
+            head.started = started.at
+
+    def assign(self, running: Running) -> None:
+        """Queue ``running`` for the worker (the message goes out with the next flush)."""
+        self.queue.append(running)
+        self.last_seq = running.seq
+        self.outbox += protocol.encode(protocol.Assign(running.seq, running.claimed))
 
     def send(self, message: protocol.Message) -> None:
         """Queue ``message`` and write what the socket takes now (never blocks)."""

@@ -220,10 +220,12 @@ class Lanes:
         """Readable when finished tasks wait for :meth:`collect`."""
         return [lane.fileno() for lane in self.all]
 
-    def collect(self) -> None:
-        """Hand every finished task's result to its ``done``, in the loop."""
+    def collect(self, readable: set[int] | None = None) -> None:
+        """Hand every finished task's result to its ``done``, in the loop (only the lanes in
+        ``readable``, when given: the others have nothing finished)."""
         for lane in self.all:
-            lane.collect()
+            if readable is None or lane.fileno() in readable:
+                lane.collect()
 
     def check_stuck(self, now: float) -> None:
         """Cut the connection of a lane whose task runs too long."""

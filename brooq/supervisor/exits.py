@@ -17,7 +17,7 @@ from brooq import osproc
 from brooq.engine.store import Claimed
 from brooq.logs import event
 from brooq.supervisor import orphans
-from brooq.supervisor.children import ChildProcess, Exit
+from brooq.supervisor.children import ChildProcess, Exit, Running
 from brooq.supervisor.completer import Completer
 from brooq.supervisor.leases import Holdings
 from brooq.supervisor.producer import Producer
@@ -63,19 +63,25 @@ class Exits:
         stopping: bool,
         slot: SlotState | None,
     ) -> Exit:
-        """Settle the job a dead worker held; count and log why it is gone; the reason.
+        """Settle the jobs a dead worker held (the one it ran; those it never started go
+        back); count and log why it is gone; the reason.
 
         ``slot`` is the slot the worker filled, None when that slot is gone
         (TTOU); the caller has read the worker's last messages first.
         """
         child.close()
+        child.observe()  # its board says which job it started last
         how = osproc.describe_exit(status)
         reason = orphans.exit_reason(child, status, generation, stopping)
-        held_a_job = child.job is not None
-        if held_a_job:
-            self.orphaned(child, status, how, stopping)
+        running = child.job
+        unstarted = [r.claimed for r in child.queue if r is not running]
+        if running is not None:
+            self.orphaned(child, running, status, how, stopping)
+        if unstarted:
+            self.give_back(child, unstarted, stopping)
         if slot is not None and not stopping:
-            self.slot_backoff(child, slot, status, how, held_a_job)
+            self.slot_backoff(child, slot, status, how, bool(child.queue))
+        child.queue.clear()
         if reason not in (Exit.STOPPED, Exit.SHUTDOWN):
             self.restarts += 1
             self.restarted(reason)
@@ -90,19 +96,27 @@ class Exits:
         )
         return reason
 
-    def orphaned(self, child: ChildProcess, status: int, how: str, stopping: bool) -> None:
-        """Carry out the orphans service's decision about the job ``child`` held."""
-        job = child.job
-        assert job is not None
+    def give_back(self, child: ChildProcess, unstarted: list[Claimed], stopping: bool) -> None:
+        """Jobs the worker never started: another worker takes them, or (stopping) they go
+        back to pending, uncharged."""
+        if stopping:
+            self.release(unstarted, "stopping")
+            return
+        now = self.clock()
+        for claimed in reversed(unstarted):
+            self.producer.put_back(child.group, claimed, now)
+
+    def orphaned(
+        self, child: ChildProcess, job: Running, status: int, how: str, stopping: bool
+    ) -> None:
+        """Carry out the orphans service's decision about the job ``child`` was running."""
         claimed = job.claimed
         orphan = orphans.decide_orphan(child, job, status, how, self.options(claimed.topic))
         match orphan.fate:
             case orphans.Fate.RELEASE:
                 self.release([claimed], "shutdown")
-            case orphans.Fate.PUT_BACK if not stopping:
-                self.producer.put_back(child.group, claimed, self.clock())
             case orphans.Fate.PUT_BACK:
-                self.release([claimed], "stopping")
+                self.give_back(child, [claimed], stopping)
             case orphans.Fate.RECORD if orphan.outcome is not None:
                 self.completer.add(claimed.ticket, orphan.outcome, claimed.topic, self.clock())
                 event(

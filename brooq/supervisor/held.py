@@ -6,9 +6,10 @@ reaped, or its lease about to end while heartbeats fail) is interrupted
 wherever it is: dropped from the buffer, or its handler interrupted and,
 if need be, its worker killed before the lease can end.
 
-HeldJobs is built from what it touches: the holdings, the producer's
-buffer, the metrics, the writes lane and its store, and three callbacks
-into the workers (which one runs a job, interrupt it, kill it).
+HeldJobs is built from what it touches: the holdings, the metrics, the
+writes lane and its store, and four callbacks into the dispatch (take a job
+back from wherever it waits unstarted, which worker runs a job, interrupt
+it, kill it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from brooq.supervisor.children import ChildProcess, Interrupt, Kill
 from brooq.supervisor.completer import Pending, count_by_label
 from brooq.supervisor.database import Database
 from brooq.supervisor.leases import Held, Holdings
-from brooq.supervisor.producer import Producer
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -39,18 +39,19 @@ class HeldJobs:
         self,
         *,
         holdings: Holdings,
-        producer: Producer,
         metrics: prom.Metrics,
         writes: Database,
         store: Store,
+        withdraw: Callable[[str], Claimed | None],
         running: Callable[[str], ChildProcess | None],
         interrupt: Callable[[ChildProcess, Interrupt, str], None],
         kill: Callable[[ChildProcess, Kill], None],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.holdings, self.producer, self.metrics = holdings, producer, metrics
+        self.holdings, self.metrics = holdings, metrics
         self.writes, self.store = writes, store
-        self.running, self.interrupt, self.kill = running, interrupt, kill
+        self.withdraw, self.running = withdraw, running
+        self.interrupt, self.kill = interrupt, kill
         self.clock = clock
         self.suspects: dict[str, tuple[Held, float]] = {}
         """Jobs a heartbeat did not find ours, whose worker may yet report them settled."""
@@ -86,7 +87,7 @@ class HeldJobs:
         """A heartbeat did not find a job ours any more (canceled, or reaped and taken)."""
         job_id = held.ticket.job_id
         self.holdings.drop(job_id)
-        if self.producer.drop(job_id) is not None:
+        if self.withdraw(job_id) is not None:
             return
         # A worker that settles a job with effects itself writes the row before its
         # report reaches us: give the report a moment before calling the lease lost.
@@ -104,9 +105,11 @@ class HeldJobs:
                 self.interrupt(child, Interrupt.LEASE_LOST, "interrupting the handler")
 
     def canceled(self, job_id: str) -> None:
-        """A job was canceled: out of the buffer, or its handler interrupted."""
-        if self.producer.drop(job_id) is not None:
+        """A job was canceled: out of the buffer or a worker's queue, or its handler
+        interrupted."""
+        if self.withdraw(job_id) is not None:
             self.holdings.drop(job_id)
+            return
         child = self.running(job_id)
         if child is not None:
             self.interrupt(child, Interrupt.CANCELED, "interrupting the handler")
@@ -115,10 +118,11 @@ class HeldJobs:
         """Heartbeats fail and ``held`` may lose their lease soon: stop each job before its
         lease can end (out of the buffer, or interrupt its handler, then kill its worker)."""
         for h in held:
+            if self.withdraw(h.ticket.job_id) is not None:
+                self.holdings.drop(h.ticket.job_id)
+                continue
             child = self.running(h.ticket.job_id)
             if child is None:
-                if self.producer.drop(h.ticket.job_id) is not None:
-                    self.holdings.drop(h.ticket.job_id)
                 continue
             self.interrupt(
                 child,

@@ -14,7 +14,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NoReturn
 
 from brooq import metrics as prom
@@ -22,10 +22,9 @@ from brooq import osproc
 from brooq.config import Settings
 from brooq.logs import event
 from brooq.queue import Queue
-from brooq.supervisor import protocol
+from brooq.supervisor.board import Board
 from brooq.supervisor.child import WorkerConfig, worker_main
 from brooq.supervisor.children import ChildProcess, Interrupt, Kill
-from brooq.supervisor.producer import Group
 from brooq.supervisor.slots import SlotState
 
 log = logging.getLogger("brooq.supervisor")
@@ -57,6 +56,7 @@ class Processes:
         self.children: dict[int, ChildProcess] = {}
         self.free_metric_ids: list[int] = []
         self.next_metric_id = 0
+        self.boards_off = False
 
     def __iter__(self) -> Iterator[ChildProcess]:
         return iter(list(self.children.values()))
@@ -67,8 +67,10 @@ class Processes:
     # --- fork and reap ------------------------------------------------------------------
 
     def spawn(self, slot_no: int, slot: SlotState, generation: int) -> ChildProcess | None:
-        """Fork one worker for ``slot_no``, connected by a socket pair (None: try next tick)."""
+        """Fork one worker for ``slot_no``, connected by a socket pair and sharing a board
+        (None: try next tick)."""
         parent_end, child_end = socket.socketpair()
+        board = self.new_board()
         metrics_id = self.take_metrics_id()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -79,7 +81,9 @@ class Processes:
             self.free_metric_ids.append(int(metrics_id[1:]))
             return None
         if pid == 0:
-            self.become_child(parent_end.detach(), child_end.detach(), slot_no, slot, metrics_id)
+            self.become_child(
+                parent_end.detach(), child_end.detach(), slot_no, slot, metrics_id, board
+            )
         child_end.close()
         sock = parent_end.detach()
         os.set_blocking(sock, False)
@@ -91,13 +95,38 @@ class Processes:
             started=time.monotonic(),
             generation=generation,
             metrics_id=metrics_id,
+            board=board,
         )
         self.children[pid] = child
         event(log, "WorkerStarted", slot=slot_no, pid=pid, topics=",".join(slot.topics))
         return child
 
+    def new_board(self) -> Board | None:
+        """A board for the next worker; None (and one warning) where the system has no shared
+        semaphores: its workers then get one job at a time."""
+        if self.boards_off:
+            return None
+        try:
+            return Board()
+        except OSError as exc:
+            self.boards_off = True
+            event(
+                log,
+                "WorkerQueueOff",
+                logging.WARNING,
+                error=str(exc),
+                note="no shared semaphore (is /dev/shm mounted?): one job at a time per worker",
+            )
+            return None
+
     def become_child(
-        self, parent_end: int, child_end: int, slot_no: int, slot: SlotState, metrics_id: str
+        self,
+        parent_end: int,
+        child_end: int,
+        slot_no: int,
+        slot: SlotState,
+        metrics_id: str,
+        board: Board | None,
     ) -> NoReturn:
         """In the new worker: drop the parent's signal handling and descriptors, then work."""
         for signum in self.parent_signals:
@@ -116,8 +145,9 @@ class Processes:
             notify=s.notify,
             max_payload_bytes=s.max_payload_bytes,
             metrics_id=metrics_id,
+            log_jobs=s.log_jobs,
         )
-        worker_main(self.queue, config, child_end, self.parent_pid, self.metrics)
+        worker_main(self.queue, config, child_end, board, self.parent_pid, self.metrics)
 
     def reaped(self) -> Iterator[tuple[ChildProcess, int]]:
         """waitpid every worker that ended: each record with its wait status."""
@@ -163,13 +193,6 @@ class Processes:
             if child.kill is None:
                 self.kill(child, reason)
 
-    def retire(self, child: ChildProcess) -> None:
-        """The worker finishes its job (if any) and leaves."""
-        child.retiring = True
-        if child.job is None and not child.stop_sent:
-            child.stop_sent = True
-            child.send(protocol.Stop())
-
     def kill_broken(self, now: float) -> None:
         """Kill workers still alive a while after their socket closed."""
         for child in self:
@@ -198,32 +221,46 @@ class Processes:
 
     # --- the target -----------------------------------------------------------------------
 
-    def manage(self, slots: list[SlotState], generation: int) -> None:
-        """Bring the workers back to the target: retire extra and old ones, spawn missing."""
+    def manage(
+        self,
+        slots: list[SlotState],
+        generation: int,
+        retire: Callable[[ChildProcess], None],
+        now: float,
+    ) -> None:
+        """Bring the workers back to the target: retire extra and old ones, spawn missing.
+
+        A new generation (SIGHUP) replaces idle old workers first; a busy one
+        gets the graceful timeout to finish its job, then is stopped as SIGTERM
+        stops it (its job released uncharged). The next old worker goes only once
+        every new one has booted: new code that dies at boot costs one slot.
+        """
         for child in self:
             if child.slot >= len(slots) and not child.retiring:
-                self.retire(child)
-        # The next old worker goes only once every new one has booted: new code that
-        # dies at boot costs one slot, not all of them.
+                retire(child)
         current = [c for c in self if c.generation == generation]
-        if not any(c.retiring for c in self) and all(c.booted for c in current):
-            old = [c for c in self if c.generation < generation]
-            if old:
-                self.retire(min(old, key=lambda c: c.started))
-        now = time.monotonic()
+        old = [c for c in self if c.generation < generation and not c.retiring]
+        if old and all(c.booted for c in current):
+            retire(min(old, key=lambda c: (bool(c.queue), c.started)))  # idle ones first
+        self.stop_overdue(generation, now)
         taken = {c.slot for c in self if not c.retiring}
         for slot_no, slot in enumerate(slots):
             if slot_no not in taken and now >= slot.not_before:
                 self.spawn(slot_no, slot, generation)
 
-    # --- questions --------------------------------------------------------------------------
+    def stop_overdue(self, generation: int, now: float) -> None:
+        """Old workers still busy a graceful timeout after they were retired: stop them."""
+        grace = self.settings.graceful_timeout.total_seconds()
+        for child in self:
+            if (
+                child.retiring
+                and child.generation < generation
+                and child.kill is None
+                and now - child.retired_at >= grace
+            ):
+                self.kill(child, Kill.SHUTDOWN)
 
-    def running(self, job_id: str) -> ChildProcess | None:
-        """The worker running ``job_id``, if any."""
-        for child in self.children.values():
-            if child.job is not None and child.job.claimed.id == job_id:
-                return child
-        return None
+    # --- questions --------------------------------------------------------------------------
 
     def rolled(self, generation: int, slots: int) -> bool:
         """True once ``slots`` workers run and every one is of ``generation`` and booted."""
@@ -232,15 +269,12 @@ class Processes:
             c.generation == generation and c.booted for c in children
         )
 
-    def group_counts(self) -> tuple[dict[Group, int], dict[Group, int]]:
-        """Idle workers and all workers, per group."""
-        idle: dict[Group, int] = {}
-        total: dict[Group, int] = {}
+    def flush(self, writable: Iterable[int]) -> None:
+        """Write what waits for the workers whose socket can take more now."""
+        ready = set(writable)
         for child in self.children.values():
-            total[child.group] = total.get(child.group, 0) + 1
-            if child.idle:
-                idle[child.group] = idle.get(child.group, 0) + 1
-        return idle, total
+            if child.sock in ready:
+                child.flush()
 
     def sockets(self) -> tuple[list[int], list[int]]:
         """The sockets to wait on: all open ones for reading, those with output for writing."""

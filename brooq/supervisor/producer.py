@@ -103,11 +103,19 @@ class Producer:
         covering = int(capacity * state.round_trip * 2) + 1
         return min(max(self.prefetch, covering), MAX_DEPTH)
 
-    def wanted(self, state: GroupState, idle: int, workers: int, now: float) -> int:
-        """How many jobs to claim for a group with ``idle`` of ``workers`` idle now."""
-        return max(0, idle + self.depth(state, workers, now) - len(state.buffer))
+    def wanted(self, state: GroupState, free: int, workers: int, now: float) -> int:
+        """How many jobs to claim for a group whose ``workers`` would take ``free`` more now.
 
-    def run_once(self, now: float, idle: Mapping[Group, int], workers: Mapping[Group, int]) -> int:
+        None until the buffer runs low (it cannot serve the workers that wait, or
+        holds half its depth or less): a claim is paid per statement, so it is
+        sent for a batch, not for each job a worker finishes.
+        """
+        depth, held = self.depth(state, workers, now), len(state.buffer)
+        if held >= free and held > depth // 2:
+            return 0
+        return max(0, free + depth - held)
+
+    def run_once(self, now: float, free: Mapping[Group, int], workers: Mapping[Group, int]) -> int:
         """Send a claim for every group short of jobs; how many claims were sent."""
         if self.paused:
             return 0
@@ -115,7 +123,7 @@ class Producer:
         for group, state in self.groups.items():
             if state.asked:
                 continue
-            want = self.wanted(state, idle.get(group, 0), workers.get(group, 0), now)
+            want = self.wanted(state, free.get(group, 0), workers.get(group, 0), now)
             if want <= 0 or not (state.more_ready or now >= state.next_poll):
                 continue
             self._claim(state, want, now)
@@ -149,11 +157,28 @@ class Producer:
             done,
         )
 
+    def next_polls(self, now: float) -> list[float]:
+        """When each group that found no more jobs looks again (the idle poll). A poll that is
+        due already is no reason to wake: it waits for a worker that wants a job, and that
+        worker's report wakes the loop."""
+        return [
+            s.next_poll
+            for s in self.groups.values()
+            if not s.more_ready and not s.asked and s.next_poll > now
+        ]
+
     def heard(self, topics: set[str]) -> None:
         """New jobs were enqueued (NOTIFY): groups serving these topics (``*``: all) claim again."""
         for state in self.groups.values():
             if "*" in topics or topics & set(state.topics):
                 state.more_ready = True
+
+    def peek(self, group: Group) -> Claimed | None:
+        """The job :meth:`take` would return next, left in the buffer."""
+        state = self.groups.get(group)
+        if state is None or not state.buffer:
+            return None
+        return state.buffer[0].claimed
 
     def take(self, group: Group) -> Claimed | None:
         """The next buffered job of ``group`` (best first), or None."""
@@ -163,7 +188,7 @@ class Producer:
         return state.buffer.popleft().claimed
 
     def finished(self, group: Group, now: float, service: float) -> None:
-        """A worker of ``group`` finished a job ``service`` seconds after it was handed out."""
+        """A worker of ``group`` finished a job that ran ``service`` seconds."""
         state = self.groups.get(group)
         if state is not None:
             state.last_finish = now

@@ -1,17 +1,20 @@
 """Parent ↔ worker messages over a socket pair: length-prefixed JSON frames.
 
-Parent → worker: ``Assign`` (a claimed job to run), ``Stop``. Worker →
-parent: ``Booted``, ``Finished`` (the decided outcome, or a settle the worker
-wrote itself because the job had effects), ``Returned`` (a job given back
-unrun because the worker is leaving). A frame is a 4-byte big-endian length
-and a JSON array whose first item names the message. Anything that does not
-decode is a protocol error: the parent treats that worker as broken.
+Parent → worker: ``Assign`` (a claimed job for the worker's queue, with its
+sequence number), ``Stop`` (start nothing more, leave). Worker → parent:
+``Booted``, ``Finished`` (the decided outcome, or a settle the worker wrote
+itself because the job had effects). A job the worker never started is
+known to the parent from the worker's board (board.py), so a worker that
+leaves or dies says nothing of its queue. A frame is a 4-byte big-endian
+length and a JSON array whose first item names the message. Anything that
+does not decode is a protocol error: the parent treats that worker as broken.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import struct
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,14 +37,15 @@ class Booted:
 
 @dataclass(frozen=True, slots=True)
 class Assign:
-    """Run this claimed job."""
+    """Run this claimed job after those sent before it (``seq`` counts up per worker)."""
 
+    seq: int
     claimed: Claimed
 
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Leave now (the worker is idle)."""
+    """Start no more jobs: finish the running one (if any), then leave."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class Finished:
     stopping), or is None.
     """
 
+    seq: int
     ticket: Ticket
     outcome: Outcome
     duration_s: float
@@ -62,15 +67,7 @@ class Finished:
     leaving: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Returned:
-    """A job given back unrun: the worker is leaving (``reason``)."""
-
-    job_id: str
-    reason: str
-
-
-Message = Booted | Assign | Stop | Finished | Returned
+Message = Booted | Assign | Stop | Finished
 
 
 def _outcome_fields(o: Outcome) -> list[object]:
@@ -95,9 +92,10 @@ def encode(message: Message) -> bytes:
     match message:
         case Booted():
             body: list[object] = ["B"]
-        case Assign(c):
+        case Assign(seq, c):
             body = [
                 "A",
+                seq,
                 c.id,
                 c.ticket.holder,
                 c.ticket.attempt,
@@ -108,9 +106,10 @@ def encode(message: Message) -> bytes:
             ]
         case Stop():
             body = ["S"]
-        case Finished(t, o, duration, written, leaving):
+        case Finished(seq, t, o, duration, written, leaving):
             body = [
                 "F",
+                seq,
                 t.job_id,
                 t.holder,
                 t.attempt,
@@ -119,8 +118,6 @@ def encode(message: Message) -> bytes:
                 written,
                 leaving,
             ]
-        case Returned(job_id, reason):
-            body = ["R", job_id, reason]
     data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
         "utf-8", "surrogatepass"
     )
@@ -134,26 +131,26 @@ def decode(data: bytes) -> Message:
         match body:
             case ["B"]:
                 return Booted()
-            case ["A", job_id, holder, attempt, expirations, topic, until, payload]:
+            case ["A", seq, job_id, holder, attempt, expirations, topic, until, payload]:
                 ticket = Ticket(str(job_id), str(holder), int(attempt))
                 return Assign(
+                    int(seq),
                     Claimed(
                         ticket,
                         str(topic),
                         str(payload),
                         datetime.fromisoformat(str(until)),
                         int(expirations),
-                    )
+                    ),
                 )
             case ["S"]:
                 return Stop()
-            case ["F", job_id, holder, attempt, *rest] if len(rest) == 9:
+            case ["F", seq, job_id, holder, attempt, *rest] if len(rest) == 9:
                 ticket = Ticket(str(job_id), str(holder), int(attempt))
                 written = rest[7] if rest[7] is None else bool(rest[7])
                 leaving = rest[8] if rest[8] is None else str(rest[8])
-                return Finished(ticket, _outcome(rest[:6]), float(rest[6]), written, leaving)
-            case ["R", job_id, reason]:
-                return Returned(str(job_id), str(reason))
+                outcome = _outcome(rest[:6])
+                return Finished(int(seq), ticket, outcome, float(rest[6]), written, leaving)
     except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
         raise ProtocolError(f"undecodable message: {type(exc).__name__}") from None
     raise ProtocolError("unknown message")
@@ -185,45 +182,27 @@ class FrameReader:
 
     def _split(self) -> list[Message]:
         out: list[Message] = []
-        buf = self._buffer
-        while len(buf) >= 4:
-            (length,) = _LENGTH.unpack_from(buf)
+        buf, pos, size = self._buffer, 0, len(self._buffer)
+        while size - pos >= 4:
+            (length,) = _LENGTH.unpack_from(buf, pos)
             if length > MAX_FRAME:
                 raise ProtocolError(f"frame of {length} bytes")
-            if len(buf) < 4 + length:
+            end = pos + 4 + length
+            if end > size:
                 break
-            out.append(decode(bytes(buf[4 : 4 + length])))
-            del buf[: 4 + length]
+            out.append(decode(bytes(buf[pos + 4 : end])))
+            pos = end
+        if pos:
+            del buf[:pos]  # once per read: many frames in one chunk cost one move
         return out
 
 
-def read_message(fd: int) -> Message | None:
-    """Block until one whole message arrives on ``fd`` (a worker's end); None at EOF."""
-    head = _read_exactly(fd, 4)
-    if head is None:
-        return None
-    (length,) = _LENGTH.unpack(head)
-    if length > MAX_FRAME:
-        raise ProtocolError(f"frame of {length} bytes")
-    body = _read_exactly(fd, length)
-    if body is None:
-        return None
-    return decode(body)
-
-
-def _read_exactly(fd: int, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, left)
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
 def write_message(fd: int, message: Message) -> None:
-    """Write ``message`` whole on a blocking ``fd``; OSError when the peer is gone."""
+    """Write ``message`` whole on ``fd``, waiting while the peer's buffer is full; OSError
+    when the peer is gone."""
     data = memoryview(encode(message))
     while data:
-        data = data[os.write(fd, data) :]
+        try:
+            data = data[os.write(fd, data) :]
+        except BlockingIOError:
+            select.select([], [fd], [])

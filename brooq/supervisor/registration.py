@@ -58,7 +58,9 @@ def worker_rows(children: Iterable[ChildProcess], mono: float, wall: float) -> l
     for child in sorted(children, key=lambda c: c.slot):
         job = child.job
         started = (
-            datetime.fromtimestamp(wall - (mono - job.started), UTC).isoformat() if job else None
+            datetime.fromtimestamp(wall - (mono - (job.started or mono)), UTC).isoformat()
+            if job
+            else None
         )
         out.append(
             {

@@ -100,15 +100,15 @@ class Wiring:
             self.holdings,
             self.metrics,
             s.lease.total_seconds(),
-            self.workers.retire,
+            workers=self.children.values,
         )
         self.held = HeldJobs(
             holdings=self.holdings,
-            producer=self.producer,
             metrics=self.metrics,
             writes=self.db.writes,
             store=self.store,
-            running=self.workers.running,
+            withdraw=self.dispatcher.withdraw,
+            running=self.dispatcher.running_child,
             interrupt=self.dispatcher.interrupt,
             kill=self.workers.kill,
         )
@@ -132,6 +132,19 @@ class Wiring:
             holder=self.holder,
             app=self.name,
         )
+
+    def close_parts(self) -> None:
+        """Let the lanes finish what is queued (5 s at most), then close the connections."""
+        self.db.stop(timeout=5.0)
+        self.notices.stop()
+        self.store.close()
+        self.claims_store.close()
+
+    def rolled(self) -> tuple[int, int] | None:
+        """(workers, generation) once every slot runs a booted worker of the newest generation."""
+        if self.workers.rolled(self.generation, len(self.slots)):
+            return len(self.children), self.generation
+        return None
 
     def open_surface(self) -> Surface | None:
         """/healthz, /metrics and the dashboard on HTTP_ADDR (None when it is off)."""

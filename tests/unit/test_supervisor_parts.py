@@ -128,10 +128,10 @@ class Rig:
     def held(self) -> HeldJobs:
         return HeldJobs(
             holdings=self.holdings,
-            producer=self.producer,
             metrics=self.metrics,
             writes=self.writes,
             store=self.store,
+            withdraw=self.producer.drop,
             running=self.running.get,
             interrupt=lambda child, why, note: self.interrupted.append((child.pid, why)),
             kill=lambda child, why: self.killed.append((child.pid, why)),
@@ -151,7 +151,7 @@ def child_with(claimed: Claimed | None, *, pid: int = 7, started: float = 0.0) -
         booted=True,
     )
     if claimed is not None:
-        child.job = Running(claimed, started, None, None, 5.0)
+        child.queue.append(Running(claimed, 1, started, 5.0, started=started))
     return child
 
 

@@ -313,7 +313,7 @@ def running_child(
     kill: Kill | None = None, interrupted: Interrupt | None = None, attempt: int = 1
 ) -> tuple[ChildProcess, Running]:
     claimed = Claimed(Ticket("j1", HOLDER, attempt), "a", "{}", datetime.now(UTC))
-    job = Running(claimed, 0.0, None, None, 5.0, interrupted)
+    job = Running(claimed, 1, 0.0, 5.0, started=0.0, interrupted=interrupted)
     r, w = os.pipe()
     os.close(w)
     child = ChildProcess(
@@ -324,9 +324,9 @@ def running_child(
         started=0.0,
         generation=0,
         metrics_id="w0",
-        job=job,
         kill=kill,
     )
+    child.queue.append(job)
     child.close()
     return child, job
 
