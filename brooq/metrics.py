@@ -207,6 +207,16 @@ class Metrics:
             self.periodic.labels(schedule=name)
 
 
+Topics = Sequence[str] | Callable[[], Sequence[str]]
+"""The topics a collector exports at zero: fixed, or read at each scrape (a supervisor's
+change with a SIGHUP reload)."""
+
+
+def served(topics: Topics) -> list[str]:
+    """The topics of ``topics`` now."""
+    return list(topics() if callable(topics) else topics)
+
+
 class WorkersCollector:
     """``brooq_workers`` and ``brooq_worker_busy{topic}`` from the supervisor's own view.
 
@@ -214,10 +224,13 @@ class WorkersCollector:
     supervisor's loop keeps that snapshot current, so a scrape costs nothing.
     """
 
-    def __init__(
-        self, read: Callable[[], tuple[int, dict[str, int]]], topics: Sequence[str]
-    ) -> None:
-        self.read, self.topics = read, list(topics)
+    def __init__(self, read: Callable[[], tuple[int, dict[str, int]]], topics: Topics) -> None:
+        self.read, self._topics = read, topics
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics served now (a reload may add some)."""
+        return served(self._topics)
 
     def collect(self) -> Iterator[Any]:
         """Yield the two gauge families."""
@@ -244,12 +257,17 @@ class DatabaseCollector:
     """
 
     def __init__(
-        self, inspection: Inspection, topics: Sequence[str], ttl_s: float = 5.0, wait_s: float = 1.0
+        self, inspection: Inspection, topics: Topics, ttl_s: float = 5.0, wait_s: float = 1.0
     ) -> None:
-        self.inspection, self.topics = inspection, list(topics)
+        self.inspection, self._topics = inspection, topics
         self.ttl_s, self.wait_s = ttl_s, wait_s
         self._cached: tuple[float, list[TopicStateCount], dict[str, float]] | None = None
         self._reading = threading.Lock()
+
+    @property
+    def topics(self) -> list[str]:
+        """The topics served now (a reload may add some)."""
+        return served(self._topics)
 
     def _fresh(self) -> tuple[list[TopicStateCount], dict[str, float]] | None:
         cached = self._cached

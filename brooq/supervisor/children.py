@@ -182,10 +182,12 @@ class ChildProcess:
             head.started = started.at
 
     def assign(self, running: Running) -> None:
-        """Queue ``running`` for the worker (the message goes out with the next flush)."""
+        """Queue ``running`` for the worker (the message goes out with the next flush);
+        FrameTooLarge, and nothing queued, when it cannot be sent."""
+        frame = protocol.encode(protocol.Assign(running.seq, running.claimed))
         self.queue.append(running)
         self.last_seq = running.seq
-        self.outbox += protocol.encode(protocol.Assign(running.seq, running.claimed))
+        self.outbox += frame
 
     def send(self, message: protocol.Message) -> None:
         """Queue ``message`` and write what the socket takes now (never blocks)."""

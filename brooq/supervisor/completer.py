@@ -22,7 +22,7 @@ from brooq.supervisor.database import Database
 
 log = logging.getLogger("brooq.supervisor")
 
-FLUSH_EVERY_S = 0.01
+FLUSH_EVERY_S = 0.02
 """A lone outcome waits at most this long for company before it is written: a statement
 costs the supervisor and the database about as much for one row as for a hundred."""
 FLUSH_AT = 100

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from brooq import metrics as prom
 from brooq.engine.kinds import Registry
-from brooq.engine.outcome import SettleKind
+from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed
 from brooq.logs import event
 from brooq.supervisor import protocol
@@ -117,9 +117,26 @@ class Dispatcher:
                 break
             self.producer.take(child.group)
             self.seq += 1
-            child.assign(self.running(claimed, self.seq, now))
+            try:
+                child.assign(self.running(claimed, self.seq, now))
+            except protocol.FrameTooLarge:
+                self.too_large(claimed, now)
+                continue
             sent += 1
         return sent
+
+    def too_large(self, claimed: Claimed, now: float) -> None:
+        """A job whose payload cannot reach a worker: dead at once, with a reason (running it
+        again cannot help); no worker is disturbed."""
+        size = len(claimed.payload_text.encode("utf-8", "surrogatepass"))
+        error = (
+            f"PayloadTooLarge: {size} bytes is more than a worker can be sent "
+            f"({protocol.MAX_PAYLOAD_BYTES} bytes); the payload was stored before "
+            "QUEUE_MAX_PAYLOAD_BYTES bounded it, or by hand"
+        )
+        outcome = Outcome(SettleKind.DEAD, "dead", error=error)
+        self.completer.add(claimed.ticket, outcome, claimed.topic, now)
+        event(log, "JobDead", logging.WARNING, job_id=claimed.id, topic=claimed.topic, error=error)
 
     def fits_behind(self, child: ChildProcess, claimed: Claimed) -> bool:
         """Whether ``claimed`` may wait in ``child``'s queue behind the jobs already there

@@ -24,6 +24,8 @@ log = logging.getLogger("brooq.supervisor")
 
 RATE_STALE_S = 1.0
 """No job finished for this long: the workers are not turning jobs over."""
+BUFFER_S = 0.05
+"""The buffer holds what the workers finish in this long, at least (see Producer.depth)."""
 MAX_DEPTH = 1000
 """The most jobs ever held ahead of the idle workers of one group."""
 
@@ -93,14 +95,16 @@ class Producer:
         """How many jobs to keep ahead of the group's idle workers.
 
         At least ``prefetch`` while the workers turn jobs over, and as many as
-        they can finish during two claim round trips, so that fast handlers
-        never wait for the database; none while they do not turn jobs over
-        (jobs waiting behind long-running handlers would only be released again).
+        they can finish in BUFFER_S or two claim round trips, whichever is longer:
+        fast handlers never wait for the database, and a claim is sent for a batch
+        (the buffer is refilled once half of it is gone); none while they do not
+        turn jobs over (jobs waiting behind long-running handlers would only be
+        released again).
         """
         if not self.prefetch or now - state.last_finish > RATE_STALE_S:
             return 0
         capacity = workers / max(state.service, 1e-4)  # jobs per second, if always fed
-        covering = int(capacity * state.round_trip * 2) + 1
+        covering = int(capacity * max(state.round_trip * 2, BUFFER_S)) + 1
         return min(max(self.prefetch, covering), MAX_DEPTH)
 
     def wanted(self, state: GroupState, free: int, workers: int, now: float) -> int:

@@ -6,28 +6,37 @@ sequence number), ``Stop`` (start nothing more, leave). Worker → parent:
 itself because the job had effects). A job the worker never started is
 known to the parent from the worker's board (board.py), so a worker that
 leaves or dies says nothing of its queue. A frame is a 4-byte big-endian
-length and a JSON array whose first item names the message. Anything that
-does not decode is a protocol error: the parent treats that worker as broken.
+length and a body whose first byte names the message: a struct of fixed fields,
+then the texts, each with its length (JSON cost several times as much per job,
+both ways). Anything that does not decode is a protocol error: the parent
+treats that worker as broken.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import os
 import select
 import struct
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed, Ticket
 
 MAX_FRAME = 64 * 1024 * 1024
+"""The largest message between parent and worker; a payload must fit in it with room to spare
+(QUEUE_MAX_PAYLOAD_BYTES is bounded below it)."""
+MAX_PAYLOAD_BYTES = MAX_FRAME - 1024 * 1024
 _LENGTH = struct.Struct(">I")
 
 
 class ProtocolError(Exception):
     """The peer sent something that is not a message: it is broken or not a brooq process."""
+
+
+class FrameTooLarge(ValueError):
+    """A message larger than MAX_FRAME: it cannot be sent to a worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,88 +79,145 @@ class Finished:
 Message = Booted | Assign | Stop | Finished
 
 
-def _outcome_fields(o: Outcome) -> list[object]:
-    retry = None if o.retry_in is None else o.retry_in.total_seconds()
-    return [str(o.kind), o.label, retry, o.refund_attempt, o.error, o.traceback]
+# Frames are binary: a struct head of fixed fields, then the texts, each with its length.
+_ASSIGN = struct.Struct(">cQiidHHH")
+"""A, seq, attempt, expirations, locked_until (POSIX seconds), len(id), len(holder), len(topic);
+then the id, the holder, the topic and, to the end of the frame, the payload."""
+_FINISHED = struct.Struct(">cQidbBBdHHHHII")
+"""F, seq, attempt, duration, written (-1 None), kind, refund, retry_in (NaN: none), len(id),
+len(holder), len(label), len(leaving), len(error), len(traceback) (the NONE lengths: None)."""
+_KINDS = list(SettleKind)
+_NONE16 = 0xFFFF
+_NONE32 = 0xFFFFFFFF
+_TEXT = ("utf-8", "surrogatepass")
 
 
-def _outcome(fields: list[object]) -> Outcome:
-    kind, label, retry, refund, error, trace = fields
-    return Outcome(
-        SettleKind(str(kind)),
-        str(label),
-        None if retry is None else timedelta(seconds=float(str(retry))),
-        bool(refund),
-        None if error is None else str(error),
-        None if trace is None else str(trace),
+def _bytes(text: str | None, none: int) -> tuple[bytes, int]:
+    if text is None:
+        return b"", none
+    data = text.encode(*_TEXT)
+    return data, len(data)
+
+
+def _encode_assign(seq: int, c: Claimed) -> bytes:
+    texts = [c.id.encode(), c.ticket.holder.encode(*_TEXT), c.topic.encode(*_TEXT)]
+    head = _ASSIGN.pack(
+        b"A",
+        seq,
+        c.ticket.attempt,
+        c.expirations,
+        c.locked_until.timestamp(),
+        *(len(t) for t in texts),
     )
+    return b"".join([head, *texts, c.payload_text.encode(*_TEXT)])
+
+
+def _encode_finished(msg: Finished) -> bytes:
+    o, t = msg.outcome, msg.ticket
+    parts = [
+        _bytes(t.job_id, _NONE16),
+        _bytes(t.holder, _NONE16),
+        _bytes(o.label, _NONE16),
+        _bytes(msg.leaving, _NONE16),
+        _bytes(o.error, _NONE32),
+        _bytes(o.traceback, _NONE32),
+    ]
+    head = _FINISHED.pack(
+        b"F",
+        msg.seq,
+        t.attempt,
+        msg.duration_s,
+        -1 if msg.written is None else int(msg.written),
+        _KINDS.index(o.kind),
+        int(o.refund_attempt),
+        math.nan if o.retry_in is None else o.retry_in.total_seconds(),
+        *(n for _, n in parts),
+    )
+    return b"".join([head, *(data for data, _ in parts)])
 
 
 def encode(message: Message) -> bytes:
     """The frame of ``message``."""
     match message:
         case Booted():
-            body: list[object] = ["B"]
-        case Assign(seq, c):
-            body = [
-                "A",
-                seq,
-                c.id,
-                c.ticket.holder,
-                c.ticket.attempt,
-                c.expirations,
-                c.topic,
-                c.locked_until.isoformat(),
-                c.payload_text,
-            ]
+            body = b"B"
         case Stop():
-            body = ["S"]
-        case Finished(seq, t, o, duration, written, leaving):
-            body = [
-                "F",
-                seq,
-                t.job_id,
-                t.holder,
-                t.attempt,
-                *_outcome_fields(o),
-                duration,
-                written,
-                leaving,
-            ]
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(
-        "utf-8", "surrogatepass"
+            body = b"S"
+        case Assign(seq, claimed):
+            body = _encode_assign(seq, claimed)
+        case Finished():
+            body = _encode_finished(message)
+    if len(body) > MAX_FRAME:
+        raise FrameTooLarge(f"a message of {len(body)} bytes > {MAX_FRAME} bytes")
+    return _LENGTH.pack(len(body)) + body
+
+
+class _Texts:
+    """Reads the texts that follow a frame's head, each by its length."""
+
+    def __init__(self, data: bytes, at: int) -> None:
+        self.data, self.at = data, at
+
+    def next(self, length: int, none: int = -1) -> str | None:
+        if length == none:
+            return None
+        end = self.at + length
+        if end > len(self.data):
+            raise ValueError("a text runs past the end of the frame")
+        text = self.data[self.at : end].decode(*_TEXT)
+        self.at = end
+        return text
+
+    def rest(self) -> str:
+        return self.data[self.at :].decode(*_TEXT)
+
+
+def _decode_assign(data: bytes) -> Assign:
+    _, seq, attempt, expirations, until, *lengths = _ASSIGN.unpack_from(data)
+    texts = _Texts(data, _ASSIGN.size)
+    job_id, holder, topic = (str(texts.next(n)) for n in lengths)
+    claimed = Claimed(
+        Ticket(job_id, holder, attempt),
+        topic,
+        texts.rest(),
+        datetime.fromtimestamp(until, UTC),
+        expirations,
     )
-    return _LENGTH.pack(len(data)) + data
+    return Assign(seq, claimed)
+
+
+def _decode_finished(data: bytes) -> Finished:
+    _, seq, attempt, duration, written, kind, refund, retry, *lengths = _FINISHED.unpack_from(data)
+    texts = _Texts(data, _FINISHED.size)
+    job_id, holder, label, leaving = (texts.next(n, _NONE16) for n in lengths[:4])
+    error, trace = (texts.next(n, _NONE32) for n in lengths[4:])
+    if job_id is None or holder is None or label is None or texts.at != len(data):
+        raise ValueError("a Finished frame with missing or extra fields")
+    outcome = Outcome(
+        _KINDS[kind],
+        label,
+        None if math.isnan(retry) else timedelta(seconds=retry),
+        bool(refund),
+        error,
+        trace,
+    )
+    done = None if written == -1 else bool(written)
+    return Finished(seq, Ticket(job_id, holder, attempt), outcome, duration, done, leaving)
 
 
 def decode(data: bytes) -> Message:
     """The message of one frame's body; ProtocolError for anything else."""
     try:
-        body = json.loads(data.decode("utf-8", "surrogatepass"))
-        match body:
-            case ["B"]:
+        match data[:1]:
+            case b"B" if len(data) == 1:
                 return Booted()
-            case ["A", seq, job_id, holder, attempt, expirations, topic, until, payload]:
-                ticket = Ticket(str(job_id), str(holder), int(attempt))
-                return Assign(
-                    int(seq),
-                    Claimed(
-                        ticket,
-                        str(topic),
-                        str(payload),
-                        datetime.fromisoformat(str(until)),
-                        int(expirations),
-                    ),
-                )
-            case ["S"]:
+            case b"S" if len(data) == 1:
                 return Stop()
-            case ["F", seq, job_id, holder, attempt, *rest] if len(rest) == 9:
-                ticket = Ticket(str(job_id), str(holder), int(attempt))
-                written = rest[7] if rest[7] is None else bool(rest[7])
-                leaving = rest[8] if rest[8] is None else str(rest[8])
-                outcome = _outcome(rest[:6])
-                return Finished(int(seq), ticket, outcome, float(rest[6]), written, leaving)
-    except (ValueError, TypeError, UnicodeDecodeError, RecursionError) as exc:
+            case b"A":
+                return _decode_assign(data)
+            case b"F":
+                return _decode_finished(data)
+    except (struct.error, ValueError, IndexError, UnicodeDecodeError, OverflowError) as exc:
         raise ProtocolError(f"undecodable message: {type(exc).__name__}") from None
     raise ProtocolError("unknown message")
 

@@ -40,11 +40,14 @@ class Surface:
         settings: Settings,
         *,
         dsn: str,
-        topics: list[str],
+        topics: Callable[[], list[str]],
         supervisor_pid: int,
         workers: WorkersSnapshot,
     ) -> Surface | None:
-        """Bind HTTP_ADDR (SurfaceConfigError before any worker is forked); None when off."""
+        """Bind HTTP_ADDR (SurfaceConfigError before any worker is forked); None when off.
+
+        ``topics`` is read at every scrape: every metric has a series for every topic
+        served, from the first scrape after a reload adds one."""
         if not settings.http_addr:
             return None
         board = HealthBoard()

@@ -151,7 +151,7 @@ class Wiring:
         return Surface.open(
             self.settings,
             dsn=self.dsn,
-            topics=self.queue.registry.topics(),
+            topics=lambda: self.queue.registry.topics(),
             supervisor_pid=self.pid,
             workers=lambda: busy_by_topic(self.children.values()),
         )

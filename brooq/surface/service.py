@@ -131,7 +131,7 @@ class ServiceSurface:
         addr: str,
         *,
         dsn: str,
-        topics: Sequence[str],
+        topics: prom.Topics,
         supervisor_pid: int,
         health: HealthBoard,
         token: str | None,

@@ -60,8 +60,9 @@ def test_max_running_holds_across_two_supervisors(
     dsn: str, pg: psycopg.Connection[Any], supervise: Any
 ) -> None:
     """2 supervisors × 4 workers, report max_running=3, 40 jobs of 0.3 s: never more than 3."""
-    a = supervise(*ARGS, app="sysapp_limits:queue", name="limits-a")
-    b = supervise(*ARGS, app="sysapp_limits:queue", name="limits-b")
+    logged = {"QUEUE_LOG_JOBS": "true"}  # JobDone says which supervisor ran each job
+    a = supervise(*ARGS, app="sysapp_limits:queue", name="limits-a", env=logged)
+    b = supervise(*ARGS, app="sysapp_limits:queue", name="limits-b", env=logged)
     a.wait_children(4, timeout=30)
     b.wait_children(4, timeout=30)
     sampler = Sampler(dsn)

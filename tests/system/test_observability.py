@@ -395,7 +395,11 @@ def test_json_log_lines_name_their_events(
     dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     sup = FlagLogSupervisor(
-        dsn, tmp_path, args=["--workers", "2", *FAST], env=QUICK_RETRY, name="logs"
+        dsn,
+        tmp_path,
+        args=["--workers", "2", *FAST],
+        env={**QUICK_RETRY, "QUEUE_LOG_JOBS": "true"},
+        name="logs",
     )
     sup.start()
     try:

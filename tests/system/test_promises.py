@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.system, pytest.mark.db]
 APP = "sysapp_promises:queue"
 # A short lease and a reaper that looks every second: an expired lease comes back in ~3 s.
 ARGS = ("--workers", "1", "--lease", "2s", "--poll-interval", "200ms", "--graceful-timeout", "3s")
-ENV = {"QUEUE_REAPER_PERIOD": "1s"}
+ENV = {"QUEUE_REAPER_PERIOD": "1s", "QUEUE_LOG_JOBS": "true"}  # JobClaimed says where it ran
 
 
 def row(pg: psycopg.Connection[Any], job_id: str) -> dict[str, Any]:
