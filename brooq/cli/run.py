@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
         "--exit-when-idle", action="store_true", help="exit when no job is ready (scripts, tests)"
     )
     add_setting_flags(p, WORK)
-    p.set_defaults(func=cmd_work)
+    p.set_defaults(func=cmd_work, needs_schema=False)  # preflight: the app's DSN
     p = sub.add_parser("supervise", help="fork N worker processes and supervise them")
     p.add_argument(
         "--app",
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
         help="the brooq.Queue of your app, e.g. myapp.jobs:queue",
     )
     add_setting_flags(p, SUPERVISE)
-    p.set_defaults(func=cmd_supervise)
+    p.set_defaults(func=cmd_supervise, needs_schema=False)  # preflight, too
 
 
 def app_dsn(settings: Settings, queue: Any) -> str:
