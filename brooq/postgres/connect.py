@@ -172,7 +172,7 @@ def connect(
         conn = psycopg.connect(conninfo, autocommit=True, **params)
     except psycopg.Error as exc:
         if "options" in params and _BOUNCER_REFUSES_OPTIONS in str(exc) and "options" not in kwargs:
-            bouncer_detected(_first_line(exc))  # from now on no startup options
+            bouncer_detected("it refuses the startup parameter options")  # no more of them
             return connect(conninfo, statement_timeout=statement_timeout, prepare=False, **kwargs)
         raise unavailable(exc, conninfo) from None
     if not prepare:
