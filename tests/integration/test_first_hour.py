@@ -174,6 +174,9 @@ def test_make_demo_ends_with_commands_that_work_when_pasted(dsn: str, tmp_path: 
     tail = out[out.index("paste these") :].splitlines()[1:]
     commands = [line.strip() for line in tail if line.strip()]
     assert any(c.startswith("export DATABASE_URL=") for c in commands)
+    # The venv first: from then on `brooq`, `python` and `pip` are the venv's (issue 27).
+    assert commands[0].startswith(". ") and commands[0].split()[1].endswith("/bin/activate")
+    assert any(c.startswith("brooq status") for c in commands)
     assert any(" status" in c for c in commands) and any(" jobs list" in c for c in commands)
     script = "set -e\n" + "\n".join(c for c in commands if "dashboard" not in c)
     pasted = subprocess.run(
