@@ -86,16 +86,18 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None:
-    """Refuse to start on an unmigrated database, or with more workers than it can connect.
+    """Refuse to start on a database whose migrations are not this brooq's, as a role that
+    may not write brooq's tables, or with more workers than the database can connect.
 
     A database that does not answer yet is no reason to refuse: the workers
     wait for it. Each worker opens a connection only for jobs with effects,
     but all of them may, so ``workers`` + the supervisor's ``own`` must fit.
     """
-    from brooq.postgres.preflight import check_schema, connection_room
+    from brooq.postgres.preflight import check_privileges, check_schema, connection_room
 
     try:
         check_schema(dsn)
+        check_privileges(dsn)
         room = connection_room(dsn) if workers else None
     except StoreUnavailable:
         return

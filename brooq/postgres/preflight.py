@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from brooq.postgres.connect import Connector, Source
+from brooq.postgres.connect import GRANTS_DOC, Connector, Source
 from brooq.postgres.migrations import migration_ids
 from brooq.postgres.schema import YOYO_READABLE, compare, mismatch_message
 from brooq.postgres.sql import sql
-from brooq.vocabulary import SchemaMismatch, SchemaMissing
+from brooq.vocabulary import PrivilegeMissing, SchemaMismatch, SchemaMissing
 
 CHECK_TIMEOUT = timedelta(seconds=30)
 
@@ -57,6 +57,25 @@ def check_schema(dsn: str) -> None:
     state = compare(migration_ids(), facts, recorded)
     if not state.matches:
         raise SchemaMismatch(mismatch_message(state))
+
+
+def check_privileges(dsn: str) -> None:
+    """PrivilegeMissing naming brooq's tables this role may not read and write.
+
+    What ``supervise`` and ``work`` check before they start; a command that
+    only reads finds out at its first statement instead (the same error).
+    """
+    connector = Connector(dsn)
+    try:
+        with connector.connection() as conn:
+            lacking = [str(r[0]) for r in conn.execute(sql("tables_without_dml"))]
+    finally:
+        connector.close()
+    if lacking:
+        raise PrivilegeMissing(
+            f"the database role lacks SELECT, INSERT, UPDATE, DELETE on {', '.join(lacking)}: "
+            f"give it the grants of {GRANTS_DOC}"
+        )
 
 
 def connection_room(dsn: str) -> ConnectionRoom:

@@ -465,3 +465,13 @@ SELECT to_regclass('_yoyo_migration') IS NOT NULL AS present
 -- What `brooq migrate` recorded (yoyo's table), read without yoyo: yoyo itself would create
 -- its lock and log tables first, and a status must not write.
 SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
+
+-- name: tables_without_dml
+-- brooq's tables this role may not read and write (supervise and work need both). One
+-- privilege at a time: given a list, has_table_privilege is true when any one is held.
+SELECT t FROM unnest(ARRAY['job', 'brooq_supervisor']) AS t
+WHERE to_regclass(t) IS NOT NULL
+  AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
+           AND has_table_privilege(to_regclass(t), 'INSERT')
+           AND has_table_privilege(to_regclass(t), 'UPDATE')
+           AND has_table_privilege(to_regclass(t), 'DELETE'))

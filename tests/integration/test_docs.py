@@ -427,6 +427,11 @@ def test_the_documented_grants_are_enough(
     done = brooq_cli(tmp_path, env, "workers")
     assert done.returncode == 2, done.stderr
     assert "lacks a privilege" in done.stderr and "brooq_supervisor" in done.stderr
+    # The supervisor checks before it forks (it logged a failed `register` every 5 s).
+    refused = {**env, "HTTP_ADDR": "127.0.0.1:0"}
+    done = brooq_cli(tmp_path, refused, "supervise", "--app", "myapp.jobs:queue", "--workers", "1")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "lacks SELECT, INSERT, UPDATE, DELETE on brooq_supervisor" in done.stderr
 
 
 @pytest.mark.timeout(120)
