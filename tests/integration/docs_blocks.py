@@ -6,6 +6,7 @@ invisible when rendered; tests/integration/test_docs.py says what each means.
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
@@ -213,3 +214,29 @@ def psql() -> str:
     found = shutil.which("psql")
     assert found, "psql is missing (Debian's postgresql-client; scripts/pg.sh installs it)"
     return found
+
+
+# Not a file name (brooq.service) nor a key (brooq.max_running:<topic>).
+_NAMED = re.compile(r"(?<![\w/.-])brooq(?:\.[A-Za-z_]\w*)+(?![\w:])")
+_FILE_SUFFIXES = ("service", "env", "yml", "yaml", "json", "toml", "ini", "sql", "py", "md")
+
+
+def brooq_names(text: str) -> set[str]:
+    """Every dotted ``brooq.x.y`` name ``text`` gives (file names aside)."""
+    return {m[0] for m in _NAMED.finditer(text) if m[0].rsplit(".", 1)[-1] not in _FILE_SUFFIXES}
+
+
+def resolves(dotted: str) -> bool:
+    """True when ``dotted`` is a module, or an attribute reached from the longest module."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(found, name):
+                return False
+            found = getattr(found, name)
+        return True
+    return False

@@ -36,14 +36,10 @@ last non-blank line before the fence, invisible when rendered):
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import re
 import secrets
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,18 +59,27 @@ from tests.integration.docs_blocks import (
     README_SCRIPT,
     ROOT,
     RUNNABLE_SH,
-    SCRIPTS,
     SH,
     SQL,
     SQL_SKETCHES,
     STANDALONE,
     Block,
+    brooq_names,
     clean_env,
     fill,
     ids,
     psql,
+    resolves,
     rig_of,
     seed,
+)
+from tests.integration.docs_deploy import (
+    SUPERVISE,
+    DocumentedBouncer,
+    as_role,
+    documented_settings,
+    run_sql,
+    supervise_one_job,
 )
 from tests.integration.docs_rigs import (
     FILE_COMMENT,
@@ -141,35 +146,10 @@ def test_python_blocks_compile_and_say_how_they_run(block: Block) -> None:
         assert rig_of(block)[0] in RIGS, f"{block.name}: no rig {rig_of(block)[0]!r} ({RIGS})"
 
 
-# Not a file name (brooq.service) nor a key (brooq.max_running:<topic>).
-_NAMED = re.compile(r"(?<![\w/.-])brooq(?:\.[A-Za-z_]\w*)+(?![\w:])")
-_FILE_SUFFIXES = ("service", "env", "yml", "yaml", "json", "toml", "ini", "sql", "py", "md")
-
-
-def _resolves(dotted: str) -> bool:
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            found: Any = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        for name in parts[cut:]:
-            if not hasattr(found, name):
-                return False
-            found = getattr(found, name)
-        return True
-    return False
-
-
 def test_every_brooq_name_the_documents_give_is_importable() -> None:
-    named = {
-        (doc.relative_to(ROOT), m[0])
-        for doc in DOCS
-        for m in _NAMED.finditer(doc.read_text())
-        if m[0].rsplit(".", 1)[-1] not in _FILE_SUFFIXES
-    }
+    named = {(doc.relative_to(ROOT), name) for doc in DOCS for name in brooq_names(doc.read_text())}
     assert len(named) > 20
-    missing = sorted(f"{doc}: {name}" for doc, name in named if not _resolves(name))
+    missing = sorted(f"{doc}: {name}" for doc, name in named if not resolves(name))
     assert not missing, missing
 
 
@@ -328,24 +308,6 @@ def test_a_migration_snippet_builds_a_schema_brooq_accepts(
 # --- the deployment the docs describe ---------------------------------------------------------
 
 
-def _as_role(url: str, user: str, password: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info.update(user=user, password=password)
-    return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in info.items()})
-
-
-def _run_sql(url: str, text: str) -> None:
-    done = subprocess.run(
-        [psql(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url],
-        input=text,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=clean_env(),
-    )
-    assert done.returncode == 0 and "ERROR" not in done.stderr, done.stderr
-
-
 @pytest.fixture
 def doc_roles(admin_url: str) -> Iterator[dict[str, str]]:
     """Names for the documented roles, unique to this run, dropped at teardown (after the
@@ -373,12 +335,12 @@ def test_the_documented_grants_are_enough(
 
     dbname = str(psycopg.conninfo.conninfo_to_dict(empty_dsn)["dbname"])
     admin = psycopg.conninfo.make_conninfo(admin_url, dbname=dbname)
-    migrate = _as_role(empty_dsn, doc_roles["brooq_migrate"], passwords["brooq_migrate"])
-    run = _as_role(empty_dsn, doc_roles["brooq_run"], passwords["brooq_run"])
-    _run_sql(admin, as_documented(GRANTS["superuser"]))
+    migrate = as_role(empty_dsn, doc_roles["brooq_migrate"], passwords["brooq_migrate"])
+    run = as_role(empty_dsn, doc_roles["brooq_run"], passwords["brooq_run"])
+    run_sql(admin, as_documented(GRANTS["superuser"]))
     env = prepare(tmp_path, migrate)
     assert brooq_cli(tmp_path, env, "migrate", "up").returncode == 0
-    _run_sql(migrate, as_documented(GRANTS["brooq_migrate"]))
+    run_sql(migrate, as_documented(GRANTS["brooq_migrate"]))
 
     env = prepare(tmp_path, run)
     for argv in (
@@ -389,47 +351,18 @@ def test_the_documented_grants_are_enough(
     ):
         done = brooq_cli(tmp_path, env, *argv)
         assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
-    log = (tmp_path / "supervise.log").open("w")
-    sup = subprocess.Popen(
-        [str(SCRIPTS / "brooq"), "supervise", "--app", "myapp.jobs:queue", "--workers", "1"],
-        cwd=tmp_path,
-        env={**env, "HTTP_ADDR": "127.0.0.1:0", "QUEUE_POLL_INTERVAL": "200ms"},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 30
-        with psycopg.connect(migrate, autocommit=True) as conn:
-            while time.monotonic() < deadline:
-                done_jobs = conn.execute("SELECT count(*) FROM job WHERE state = 'done'").fetchone()
-                live = conn.execute("SELECT count(*) FROM brooq_supervisor").fetchone()
-                if done_jobs == (1,) and live == (1,):
-                    break
-                assert sup.poll() is None, (tmp_path / "supervise.log").read_text()
-                time.sleep(0.2)
-            else:
-                pytest.fail("the supervisor did not run the job and register itself in 30 s")
-        workers = brooq_cli(tmp_path, env, "workers")
-        assert workers.returncode == 0 and "myapp" not in workers.stderr, workers.stderr
-        assert "no live supervisor" not in workers.stdout
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            sup.send_signal(signal.SIGTERM)
-        code = sup.wait(30)
-        log.close()
-    text = (tmp_path / "supervise.log").read_text()
-    assert code == 0, text
+    text = supervise_one_job(tmp_path, env, owner=migrate)
     assert "permission denied" not in text and "level=error" not in text, text
+    workers = brooq_cli(tmp_path, env, "workers", "--all")
+    assert workers.returncode == 0, workers.stderr
 
     # One grant less: a clear message and exit 2, not an internal error.
-    _run_sql(migrate, f"REVOKE SELECT ON brooq_supervisor FROM {doc_roles['brooq_run']}")
+    run_sql(migrate, f"REVOKE SELECT ON brooq_supervisor FROM {doc_roles['brooq_run']}")
     done = brooq_cli(tmp_path, env, "workers")
     assert done.returncode == 2, done.stderr
     assert "lacks a privilege" in done.stderr and "brooq_supervisor" in done.stderr
     # The supervisor checks before it forks (it logged a failed `register` every 5 s).
-    refused = {**env, "HTTP_ADDR": "127.0.0.1:0"}
-    done = brooq_cli(tmp_path, refused, "supervise", "--app", "myapp.jobs:queue", "--workers", "1")
+    done = brooq_cli(tmp_path, {**env, "HTTP_ADDR": "127.0.0.1:0"}, *SUPERVISE)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "lacks SELECT, INSERT, UPDATE, DELETE on brooq_supervisor" in done.stderr
 
@@ -438,37 +371,15 @@ def test_the_documented_grants_are_enough(
 def test_the_documented_pgbouncer_ini_loads_and_brooq_works_through_it(
     server_url: str, dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
-    from tests.system.bouncer import PgBouncer
-
     (block,) = PGBOUNCER_INI
-    info = psycopg.conninfo.conninfo_to_dict(dsn)
-    documented = dict(
-        re.findall(r"^(\w+) = ?(.*)$", block.text.split("[pgbouncer]")[1], flags=re.MULTILINE)
-    )
-
-    class Documented(PgBouncer):
-        def config(self) -> str:
-            text = re.sub(
-                r"host=\S+ port=\d+ dbname=\S+",
-                f"host={self.host} port={self.server_port} dbname={info['dbname']}",
-                block.text,
-            )
-            text = text.replace("listen_addr = 0.0.0.0", "listen_addr = 127.0.0.1")
-            text = re.sub(r"(?m)^listen_port = \d+$", f"listen_port = {self.port}", text)
-            text = re.sub(r"(?m)^auth_file = .*$", f"auth_file = {self.dir}/userlist.txt", text)
-            return text + (
-                f"admin_users = {self.user}\nunix_socket_dir =\n"
-                f"logfile = {self.dir}/pgbouncer.log\npidfile = {self.dir}/pgbouncer.pid\n"
-            )
-
-    bouncer = Documented(server_url).start()
+    dbname = str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+    bouncer = DocumentedBouncer(server_url, block, dbname)
+    bouncer.start()
     try:
-        with bouncer.admin() as conn, conn.cursor() as cur:
-            cur.execute("SHOW CONFIG")
-            in_force = {str(row[0]): str(row[1]) for row in cur.fetchall()}
-        for key, value in documented.items():
+        in_force = bouncer.in_force()
+        for key, value in documented_settings(block).items():
             if key not in ("listen_addr", "listen_port", "auth_file"):
-                assert in_force[key] == value.strip(), (key, in_force[key], value)
+                assert in_force[key] == value, (key, in_force[key], value)
         url = f"postgresql://{bouncer.user}:{bouncer.password}@127.0.0.1:{bouncer.port}/app"
         env = prepare(tmp_path, url)
         env.update(QUEUE_PGBOUNCER="true", QUEUE_POLL_INTERVAL="1s")  # the documented brooq.env
