@@ -175,10 +175,21 @@ def shown_url(dsn: str) -> str:
 
 
 def next_steps(dsn: str, dead_id: str) -> str:
-    """Commands that work when pasted into a shell: the venv's brooq, this database."""
-    brooq_cmd = brooq_command()
+    """Commands that work when pasted into a shell: the venv's brooq, this database.
+
+    In a venv the first one activates it, so that ``brooq``, ``python`` and
+    ``pip`` are the venv's from then on (the README's quick start goes on from there).
+    """
+    activate = Path(sys.executable).parent / "activate"
+    brooq_cmd = "brooq" if activate.is_file() else brooq_command()
+    first = (
+        [f"  . {shlex.quote(str(activate))}   # this venv first on PATH: its python, pip, brooq"]
+        if activate.is_file()
+        else []
+    )
     lines = [
         "Next, paste these (the venv's brooq on the demo's database):",
+        *first,
         f"  export DATABASE_URL={shown_url(dsn)}",
         f"  {brooq_cmd} status",
         f"  {brooq_cmd} jobs list --state dead --limit 5",

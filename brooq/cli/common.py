@@ -12,8 +12,15 @@ from brooq.config import KEYS, Settings, load_settings
 from brooq.config.settings import GLOBAL
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
-    """A flag for every setting that ``command`` takes, made from the settings table."""
+def add_setting_flags(
+    parser: argparse.ArgumentParser, command: str, *, after_command: bool = False
+) -> None:
+    """A flag for every setting that ``command`` takes, made from the settings table.
+
+    ``after_command``: the flags repeated on a command's own parser, where an
+    absent flag must not undo one given before the command.
+    """
+    unset: dict[str, Any] = {"default": argparse.SUPPRESS} if after_command else {}
     for key in KEYS:
         if command not in key.commands:
             continue
@@ -21,24 +28,45 @@ def add_setting_flags(parser: argparse.ArgumentParser, command: str) -> None:
         help_text = f"{key.help} ({default}; env {key.env})"
         if key.kind.native_toml and key.kind.metavar == "{true,false}":
             parser.add_argument(
-                key.flag, dest=key.attr, action="store_const", const="true", help=help_text
+                key.flag,
+                dest=key.attr,
+                action="store_const",
+                const="true",
+                help=help_text,
+                **unset,
             )
         else:
             parser.add_argument(
-                key.flag, dest=key.attr, metavar=key.kind.metavar, help=help_text.replace("%", "%%")
+                key.flag,
+                dest=key.attr,
+                metavar=key.kind.metavar,
+                help=help_text.replace("%", "%%"),
+                **unset,
             )
 
 
-def add_global_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags of the top-level parser: configuration files and the global settings."""
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
-    parser.add_argument(
-        "--env-file",
-        default=".env",
-        metavar="FILE",
-        help="dotenv file to read (default: .env when present)",
-    )
-    add_setting_flags(parser, GLOBAL)
+def add_global_flags(parser: argparse.ArgumentParser, *, after_command: bool = False) -> None:
+    """The flags of the top-level parser: configuration files and the global settings.
+
+    ``after_command``: the same flags on a command's parser, so that they may
+    follow the command as users type them (``brooq config show --config x.toml``).
+    """
+    if after_command:
+        parser.add_argument(
+            "--config", metavar="FILE", default=argparse.SUPPRESS, help="TOML configuration file"
+        )
+        parser.add_argument(
+            "--env-file", metavar="FILE", default=argparse.SUPPRESS, help="dotenv file to read"
+        )
+    else:
+        parser.add_argument("--config", metavar="FILE", help="TOML configuration file")
+        parser.add_argument(
+            "--env-file",
+            default=".env",
+            metavar="FILE",
+            help="dotenv file to read (default: .env when present)",
+        )
+    add_setting_flags(parser, GLOBAL, after_command=after_command)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

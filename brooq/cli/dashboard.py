@@ -23,7 +23,7 @@ def register(sub: Any) -> None:
         "Read-only unless BROOQ_TOKEN is set.",
     )
     add_setting_flags(p, DASHBOARD)
-    p.set_defaults(func=cmd_dashboard)
+    p.set_defaults(func=cmd_dashboard, needs_schema=False)  # checked in cmd_dashboard
 
 
 def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:

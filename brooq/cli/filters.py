@@ -57,7 +57,13 @@ def filter_from(
     ids: Sequence[str] = (),
     default_limit: int = 0,
 ) -> JobFilter:
-    """The JobFilter the flags describe; UsageError (exit 2) for any bad value."""
+    """The JobFilter the flags describe; UsageError (exit 2) for any bad value.
+
+    A value given empty or blank is refused, never read as "no filter": an
+    unset shell variable (``--topic "$TOPIC"``) must not widen a bulk action
+    to every job.
+    """
+    refuse_blank(args, ids)
     try:
         return filter_of(
             topics=args.topic,
@@ -72,3 +78,17 @@ def filter_from(
         )
     except InvalidInput as exc:
         raise UsageError(str(exc)) from None
+
+
+def refuse_blank(args: argparse.Namespace, ids: Sequence[str] = ()) -> None:
+    """UsageError naming every filter flag (or job id) given as an empty or blank value."""
+    given = [("--topic", t) for t in args.topic] + [
+        (f"--{name}", getattr(args, name, None)) for name in ("state", "since", "until", "after")
+    ]
+    blank = [flag for flag, value in given if value is not None and not value.strip()]
+    blank += ["a job id"] * any(not i.strip() for i in ids)
+    if blank:
+        raise UsageError(
+            f"{', '.join(dict.fromkeys(blank))} given empty: name a value, or leave the flag "
+            "out (an unset shell variable?); an empty filter never means every job"
+        )

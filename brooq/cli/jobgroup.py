@@ -23,7 +23,7 @@ from brooq.config import Settings
 from brooq.engine.admin import CANCELABLE, PURGEABLE, RETRYABLE
 from brooq.engine.filters import JobFilter
 from brooq.engine.inspection import JobPage, JobRow
-from brooq.vocabulary import State
+from brooq.vocabulary import InvalidInput, State
 
 if TYPE_CHECKING:  # the driver is loaded only when a command needs the database
     from brooq.postgres.admin import PostgresAdmin
@@ -33,26 +33,26 @@ if TYPE_CHECKING:  # the driver is loaded only when a command needs the database
 def register(sub: Any) -> None:
     """Add ``brooq jobs`` and its subcommands."""
     group = sub.add_parser("jobs", help="list, retry, cancel and purge jobs in bulk")
-    group.set_defaults(func=lambda args, settings: _help(group))
+    group.set_defaults(func=lambda args, settings: _help(group), needs_schema=False)
     cmds = group.add_subparsers(dest="jobs_command", metavar="ACTION")
     p = cmds.add_parser("list", help="a table of jobs, newest first, one page at a time")
     add_filter_flags(p, paging=True, limit_help="jobs per page (default 50, at most 1000)")
-    p.set_defaults(func=cmd_list)
+    p.set_defaults(func=cmd_list, needs_schema=True)
     p = cmds.add_parser("retry", help="dead (or canceled) jobs back to pending now")
     p.add_argument("ids", nargs="*", metavar="ID", help="jobs to retry (else: the filters)")
     add_filter_flags(p, RETRYABLE)
     _bulk_flags(p)
-    p.set_defaults(func=cmd_retry)
+    p.set_defaults(func=cmd_retry, needs_schema=True)
     p = cmds.add_parser("cancel", help="cancel pending or failed jobs in bulk")
     p.add_argument("ids", nargs="*", metavar="ID", help="jobs to cancel (else: the filters)")
     add_filter_flags(p, CANCELABLE)
     p.add_argument("--reason", help="kept in last_error as 'canceled: REASON'")
     _bulk_flags(p)
-    p.set_defaults(func=cmd_cancel)
+    p.set_defaults(func=cmd_cancel, needs_schema=True)
     p = cmds.add_parser("purge", help="delete done, dead or canceled jobs, in batches")
     add_filter_flags(p, PURGEABLE, state_required=True)
     _bulk_flags(p)
-    p.set_defaults(func=cmd_purge)
+    p.set_defaults(func=cmd_purge, needs_schema=True)
 
 
 def _bulk_flags(parser: argparse.ArgumentParser) -> None:
@@ -119,14 +119,14 @@ def render_page(page: JobPage) -> str:
     """The text table of a page: id, topic, state, attempts, times, last_error cut short."""
     if not page.rows:
         return "no jobs match"
-    width = max(len("topic"), *(len(r.topic) for r in page.rows))
+    width = max(len("topic"), *(len(safe(r.topic)) for r in page.rows))
     lines = [
         f"{'id':<36}  {'topic':<{width}}  {'state':<10} {'attempts':>8}  "
         f"{'available_at (UTC)':<19}  {'updated_at (UTC)':<19}  last_error"
     ]
     for r in page.rows:
         lines.append(
-            f"{r.id:<36}  {r.topic:<{width}}  {r.state:<10} {r.attempts:>8}  "
+            f"{safe(r.id):<36}  {safe(r.topic):<{width}}  {safe(r.state):<10} {r.attempts:>8}  "
             f"{r.available_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
             f"{r.updated_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}  "
             f"{cut(safe(r.last_error or ''), 60)}"
@@ -158,9 +158,9 @@ def _report(args: argparse.Namespace, verb: str, count: int, **extra: Any) -> No
 
 def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     """Retry the given dead jobs, or every dead (or canceled) job the filters match."""
+    where = filter_from(args, RETRYABLE, args.ids)
     if not args.ids and not args.state:
         raise UsageError("retry needs job ids or --state dead|canceled (with filters)")
-    where = filter_from(args, RETRYABLE, args.ids)
     where = replace(where, state=where.state or State.DEAD)
     if args.dry_run:
         _report(args, "retried", _count(settings, where, RETRYABLE))
@@ -175,25 +175,38 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
     missed = [i for i in where.ids if i not in set(retried)]
     if missed and not args.json:
         for job_id in missed:
-            print(f"job {job_id} was not retried: it is not {where.state}", file=sys.stderr)
+            print(f"job {safe(job_id)} was not retried: it is not {where.state}", file=sys.stderr)
     return Exit.FAILED if where.ids and not retried else 0
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Cancel every pending or failed job the ids or filters match."""
+    where = filter_from(args, CANCELABLE, args.ids)
     if not args.ids and not args.topic:
         raise UsageError("cancel in bulk needs job ids or at least one --topic")
-    where = filter_from(args, CANCELABLE, args.ids)
+    reason = reason_of(args.reason)
     if args.dry_run:
         _report(args, "canceled", _count(settings, where, CANCELABLE))
         return 0
     admin = _admin(settings)
     try:
-        canceled = admin.cancel_many(where, args.reason)
+        canceled = admin.cancel_many(where, reason)
     finally:
         admin.close()
     _report(args, "canceled", canceled)
     return Exit.FAILED if where.ids and not canceled else 0
+
+
+def reason_of(given: str | None) -> str | None:
+    """``--reason`` checked and bounded as ``brooq cancel`` does (UsageError: exit 2)."""
+    from brooq.engine.outcome import clean_reason
+
+    if given is None:
+        return None
+    try:
+        return clean_reason(given)
+    except InvalidInput as exc:
+        raise UsageError(f"--reason: {exc}") from None
 
 
 def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:

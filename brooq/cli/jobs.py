@@ -14,7 +14,7 @@ from brooq.cli.errors import UsageError
 from brooq.cli.text import safe
 from brooq.config import Settings
 from brooq.postgres.store import PostgresStore
-from brooq.vocabulary import Job, JobRecord, parse_duration
+from brooq.vocabulary import Job, JobRecord, parse_duration, parse_job_id
 
 
 def register(sub: Any) -> None:
@@ -162,8 +162,17 @@ def job_lines(record: JobRecord) -> list[str]:
     return lines
 
 
+def job_id_of(text: str) -> str:
+    """A job id given on the command line; UsageError (exit 2) when it is not a UUID."""
+    try:
+        return parse_job_id(text)
+    except ValueError as exc:
+        raise UsageError(safe(str(exc))) from None
+
+
 def cmd_job(args: argparse.Namespace, settings: Settings) -> int:
     """Show the whole fate of one job."""
+    args.id = job_id_of(args.id)
     store = store_for(settings)
     try:
         record = store.get(args.id)
@@ -178,6 +187,7 @@ def cmd_job(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     """Cancel a job that is not terminal yet."""
+    args.id = job_id_of(args.id)
     store = store_for(settings)
     try:
         canceled = store.cancel(args.id, args.reason)

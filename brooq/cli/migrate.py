@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 from brooq.cli.common import require_dsn
+from brooq.cli.errors import UsageError
 from brooq.config import Settings
 
 
@@ -28,6 +29,8 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     from brooq.postgres import migrations
 
     logging.getLogger("yoyo").setLevel(logging.WARNING)  # we print what was applied ourselves
+    if args.steps < 1:
+        raise UsageError(f"--steps {args.steps}: give a number of migrations, 1 or more")
     dsn = require_dsn(settings)
     if args.action == "up":
         applied = migrations.up(dsn)

@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
         "--exit-when-idle", action="store_true", help="exit when no job is ready (scripts, tests)"
     )
     add_setting_flags(p, WORK)
-    p.set_defaults(func=cmd_work)
+    p.set_defaults(func=cmd_work, needs_schema=False)  # preflight: the app's DSN
     p = sub.add_parser("supervise", help="fork N worker processes and supervise them")
     p.add_argument(
         "--app",
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
         help="the brooq.Queue of your app, e.g. myapp.jobs:queue",
     )
     add_setting_flags(p, SUPERVISE)
-    p.set_defaults(func=cmd_supervise)
+    p.set_defaults(func=cmd_supervise, needs_schema=False)  # preflight, too
 
 
 def app_dsn(settings: Settings, queue: Any) -> str:
@@ -86,16 +86,18 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None:
-    """Refuse to start on an unmigrated database, or with more workers than it can connect.
+    """Refuse to start on a database whose migrations are not this brooq's, as a role that
+    may not write brooq's tables, or with more workers than the database can connect.
 
     A database that does not answer yet is no reason to refuse: the workers
     wait for it. Each worker opens a connection only for jobs with effects,
     but all of them may, so ``workers`` + the supervisor's ``own`` must fit.
     """
-    from brooq.postgres.preflight import check_schema, connection_room
+    from brooq.postgres.preflight import check_privileges, check_schema, connection_room
 
     try:
         check_schema(dsn)
+        check_privileges(dsn)
         room = connection_room(dsn) if workers else None
     except StoreUnavailable:
         return

@@ -184,13 +184,13 @@ def render_depth(rows: list[dict[str, Any]], oldest: dict[str, float]) -> str:
     by_topic: dict[str, dict[str, int]] = {}
     for row in rows:
         by_topic.setdefault(row["topic"], {})[row["state"]] = row["jobs"]
-    width = max(len("topic"), *(len(t) for t in by_topic))
+    width = max(len("topic"), *(len(safe(t)) for t in by_topic))
     head = f"{'topic':<{width}} " + " ".join(f"{s:>10}" for s in STATES) + "  oldest ready"
     lines = [head]
     for topic, counts in sorted(by_topic.items()):
         cells = " ".join(f"{counts.get(s, 0):>10}" for s in STATES)
         ready = age(oldest[topic]) if topic in oldest else "—"
-        lines.append(f"{topic:<{width}} {cells}  {ready:>12}")
+        lines.append(f"{safe(topic):<{width}} {cells}  {ready:>12}")
     return "\n".join(lines)
 
 
@@ -206,7 +206,7 @@ def render_running(rows: list[dict[str, Any]]) -> str:
         left = row["lease_left_s"]
         shown = "expired" if left is not None and left < 0 else age(left)
         lines.append(
-            f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>7}  "
+            f"  {safe(row['id']):<36}  {safe(row['topic']):<20} {row['attempts']:>7}  "
             f"{shown:>10}  {safe(row['locked_by'] or '-')}"
         )
     return "\n".join(lines)
@@ -225,7 +225,7 @@ def render_dead(rows: list[dict[str, Any]], total: int) -> str:
         at = datetime.fromisoformat(row["updated_at"]).astimezone(UTC)
         error = cut(safe(row["last_error"] or ""), 60)
         lines.append(
-            f"  {row['id']:<36}  {row['topic']:<20} {row['attempts']:>8}  "
+            f"  {safe(row['id']):<36}  {safe(row['topic']):<20} {row['attempts']:>8}  "
             f"{at:%Y-%m-%d %H:%M:%S}  {error}"
         )
     return "\n".join(lines)

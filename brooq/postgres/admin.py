@@ -11,6 +11,7 @@ from psycopg_pool import ConnectionPool
 
 from brooq.engine.admin import BATCH, CANCELABLE, PURGEABLE, RETRYABLE, require_state
 from brooq.engine.filters import JobFilter
+from brooq.engine.outcome import clean_reason
 from brooq.postgres.connect import Connector, Source
 from brooq.postgres.sql import sql
 from brooq.vocabulary import parse_job_id
@@ -71,9 +72,13 @@ class PostgresAdmin:
         return ids
 
     def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
-        """Cancel the pending or failed jobs ``where`` matches; how many."""
+        """Cancel the pending or failed jobs ``where`` matches; how many.
+
+        ``reason`` is checked and bounded as a single cancel's (InvalidJob).
+        """
         if where.state is not None:
             require_state(where, CANCELABLE, "cancel")
+        reason = None if reason is None else clean_reason(reason)
 
         def batch(conn: psycopg.Connection[Any], want: int) -> int:
             params = {**where.params(), "batch": want, "reason": reason}
@@ -93,6 +98,7 @@ class PostgresAdmin:
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel one job that is not terminal yet; a running handler hears of it."""
+        reason = None if reason is None else clean_reason(reason)
         with self.connector.connection() as conn:
             row = conn.execute(
                 sql("cancel"), {"id": parse_job_id(job_id), "reason": reason}

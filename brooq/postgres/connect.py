@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import socket
@@ -18,9 +19,20 @@ from psycopg_pool import ConnectionPool
 
 from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.postgres.sql import sql
-from brooq.vocabulary import SchemaMissing, StoreUnavailable
+from brooq.vocabulary import PrivilegeMissing, SchemaMissing, StoreUnavailable
+
+log = logging.getLogger("brooq.postgres")
 
 _RELATION = re.compile(r'relation "([^"]+)" does not exist')
+GRANTS_DOC = 'docs/operations.md, "Database roles and grants"'
+# What a transaction-pooling PgBouncer answers to a client that acts as if it had a session
+# of its own: it refuses the startup option brooq sets its statement timeout with, and a
+# server connection it hands over may already hold another client's prepared statement.
+_BOUNCER_REFUSES_OPTIONS = "unsupported startup parameter"
+_BOUNCER_STATEMENT_ERRORS = (
+    psycopg.errors.DuplicatePreparedStatement,
+    psycopg.errors.InvalidSqlStatementName,
+)
 
 
 def _password(conninfo: str | None) -> str | None:
@@ -49,6 +61,38 @@ def missing_table(exc: psycopg.errors.UndefinedTable) -> SchemaMissing:
     """The one-line advice for a statement on a table the migrations would have made."""
     match = _RELATION.search(str(exc))
     return SchemaMissing(match[1].rsplit(".", 1)[-1] if match else "job")
+
+
+def missing_privilege(exc: psycopg.errors.InsufficientPrivilege) -> PrivilegeMissing:
+    """The one-line advice for a statement the database role may not run."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else "permission denied"
+    return PrivilegeMissing(
+        f"the database role lacks a privilege brooq needs ({first}): give it the grants "
+        f"of {GRANTS_DOC}"
+    )
+
+
+def bouncer_detected(signature: str) -> None:
+    """Switch this process to the PgBouncer profile, saying so once (QUEUE_PGBOUNCER unset).
+
+    ``signature`` is the error that gave the bouncer away.
+    """
+    if PROFILE.pgbouncer:
+        return
+    PROFILE.pgbouncer = True
+    log.warning(
+        "DATABASE_URL goes through a transaction-pooling PgBouncer (%s): brooq switched to "
+        "its PgBouncer profile (no prepared statements, no startup options); set "
+        "QUEUE_PGBOUNCER=true to say so, and QUEUE_LISTEN_URL to a direct URL for LISTEN",
+        signature,
+        extra={"event": "PgBouncerDetected"},
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def check_conninfo(conninfo: str) -> None:
@@ -127,6 +171,9 @@ def connect(
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **params)
     except psycopg.Error as exc:
+        if "options" in params and _BOUNCER_REFUSES_OPTIONS in str(exc) and "options" not in kwargs:
+            bouncer_detected("it refuses the startup parameter options")  # no more of them
+            return connect(conninfo, statement_timeout=statement_timeout, prepare=False, **kwargs)
         raise unavailable(exc, conninfo) from None
     if not prepare:
         conn.prepare_threshold = None
@@ -191,6 +238,20 @@ class Connector:
         except psycopg.errors.UndefinedTable as exc:
             # An unmigrated database: one clear line for every command, no traceback.
             raise missing_table(exc) from None
+        except psycopg.errors.InsufficientPrivilege as exc:
+            raise missing_privilege(exc) from None
+        except _BOUNCER_STATEMENT_ERRORS as exc:
+            if self._conninfo is None or PROFILE.pgbouncer:
+                raise  # a connection or pool of the caller's: theirs to configure
+            # Another client's prepared statement on the server connection a transaction
+            # pooler handed us: a bouncer. Its next connection prepares nothing.
+            bouncer_detected(_first_line(exc))
+            self._drop()
+            raise StoreUnavailable(
+                "database unavailable: DATABASE_URL goes through a transaction-pooling "
+                "PgBouncer; brooq switched to its PgBouncer profile, try again (set "
+                "QUEUE_PGBOUNCER=true)"
+            ) from None
 
     @staticmethod
     def _in_transaction(conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
@@ -241,6 +302,12 @@ class Connector:
                 sql("terminate_cut_backends"),
                 {"pids": [pid for pid, _ in cut], "ports": [port for _, port in cut]},
             )
+
+    def _drop(self) -> None:
+        conn, self._own = self._own, None
+        if conn is not None and self._own_pid == os.getpid():
+            with contextlib.suppress(Exception):
+                conn.close()
 
     def _drop_if_unusable(self) -> None:
         conn = self._own

@@ -1,12 +1,21 @@
-"""Checks a command makes before it starts: is the schema there, is there room to connect."""
+"""Checks a command makes before it starts: is the schema this brooq's, is there room to connect.
+
+Every command that touches the job table (``work`` and ``supervise`` included)
+calls :func:`check_schema` first.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
-from brooq.postgres.connect import Connector
+from brooq.postgres.connect import GRANTS_DOC, Connector, Source
+from brooq.postgres.migrations import migration_ids
+from brooq.postgres.schema import YOYO_READABLE, compare, mismatch_message
 from brooq.postgres.sql import sql
-from brooq.vocabulary import SchemaMissing
+from brooq.vocabulary import PrivilegeMissing, SchemaMismatch, SchemaMissing
+
+CHECK_TIMEOUT = timedelta(seconds=30)
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,15 +33,49 @@ class ConnectionRoom:
 
 
 def check_schema(dsn: str) -> None:
-    """SchemaMissing unless the job table exists (StoreUnavailable when the database is down)."""
+    """Refuse a database whose migrations are not exactly this brooq's.
+
+    SchemaMissing without the job table, SchemaMismatch when migrations are
+    missing (behind) or ``brooq migrate`` recorded ones this brooq does not
+    ship (ahead); StoreUnavailable when the database is down. On the way, a
+    transaction-pooling PgBouncer is detected (it refuses the statement
+    timeout's startup option) and this process switches to its profile.
+    """
+    connector = Connector(Source(dsn, statement_timeout=CHECK_TIMEOUT))
+    try:
+        with connector.connection() as conn:
+            facts = {str(r[0]) for r in conn.execute(sql("schema_facts"))}
+            recorded = (
+                [str(r[0]) for r in conn.execute(sql("yoyo_applied_ids"))]
+                if YOYO_READABLE in facts
+                else []
+            )
+    finally:
+        connector.close()
+    if "relation:job" not in facts:
+        raise SchemaMissing("job")
+    state = compare(migration_ids(), facts, recorded)
+    if not state.matches:
+        raise SchemaMismatch(mismatch_message(state))
+
+
+def check_privileges(dsn: str) -> None:
+    """PrivilegeMissing naming brooq's tables this role may not read and write.
+
+    What ``supervise`` and ``work`` check before they start; a command that
+    only reads finds out at its first statement instead (the same error).
+    """
     connector = Connector(dsn)
     try:
         with connector.connection() as conn:
-            row = conn.execute(sql("job_table_exists")).fetchone()
+            lacking = [str(r[0]) for r in conn.execute(sql("tables_without_dml"))]
     finally:
         connector.close()
-    if not row or not row[0]:
-        raise SchemaMissing("job")
+    if lacking:
+        raise PrivilegeMissing(
+            f"the database role lacks SELECT, INSERT, UPDATE, DELETE on {', '.join(lacking)}: "
+            f"give it the grants of {GRANTS_DOC}"
+        )
 
 
 def connection_room(dsn: str) -> ConnectionRoom:

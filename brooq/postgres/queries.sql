@@ -438,5 +438,40 @@ SELECT current_setting('max_connections')::int AS max_connections,
        (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int
        AS in_use
 
--- name: job_table_exists
-SELECT to_regclass('job') IS NOT NULL AS present
+-- name: schema_facts
+-- What the migrations left in the catalog (brooq/postgres/schema.py names what each
+-- migration leaves): brooq's relations next to job, job's columns, its storage options, and
+-- whether brooq migrate's bookkeeping is readable. The catalog is readable by every role.
+WITH job AS (SELECT c.oid, c.relnamespace, c.reloptions FROM pg_class c
+             WHERE c.oid = to_regclass('job'))
+SELECT 'relation:' || c.relname
+FROM pg_class c JOIN job ON c.relnamespace = job.relnamespace
+WHERE c.relname LIKE 'job%' OR c.relname LIKE 'brooq%'
+UNION ALL
+SELECT 'column:' || a.attname
+FROM pg_attribute a JOIN job ON a.attrelid = job.oid
+WHERE a.attnum > 0 AND NOT a.attisdropped
+UNION ALL
+SELECT 'option:' || split_part(o, '=', 1)
+FROM job, unnest(job.reloptions) AS o
+UNION ALL
+SELECT 'readable:_yoyo_migration'
+WHERE has_table_privilege(to_regclass('_yoyo_migration'), 'SELECT')
+
+-- name: yoyo_table_exists
+SELECT to_regclass('_yoyo_migration') IS NOT NULL AS present
+
+-- name: yoyo_applied_ids
+-- What `brooq migrate` recorded (yoyo's table), read without yoyo: yoyo itself would create
+-- its lock and log tables first, and a status must not write.
+SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
+
+-- name: tables_without_dml
+-- brooq's tables this role may not read and write (supervise and work need both). One
+-- privilege at a time: given a list, has_table_privilege is true when any one is held.
+SELECT t FROM unnest(ARRAY['job', 'brooq_supervisor']) AS t
+WHERE to_regclass(t) IS NOT NULL
+  AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
+           AND has_table_privilege(to_regclass(t), 'INSERT')
+           AND has_table_privilege(to_regclass(t), 'UPDATE')
+           AND has_table_privilege(to_regclass(t), 'DELETE'))

@@ -12,6 +12,8 @@ from brooq.vocabulary.errors import (
     JobNotFound,
     KindNotRegistered,
     NeedsDatabase,
+    PrivilegeMissing,
+    SchemaMismatch,
     SchemaMissing,
     StoreUnavailable,
 )
@@ -71,7 +73,9 @@ __all__ = [
     "LeaseLost",
     "NeedsDatabase",
     "PreserveAttempt",
+    "PrivilegeMissing",
     "Schedule",
+    "SchemaMismatch",
     "SchemaMissing",
     "SettleHook",
     "State",

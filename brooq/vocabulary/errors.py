@@ -39,6 +39,17 @@ class SchemaMissing(InvalidInput):
         self.table = table
 
 
+class SchemaMismatch(InvalidInput):
+    """The database's migrations are behind or ahead of this brooq; nothing was done.
+
+    Its message names the migrations and the command to run.
+    """
+
+
+class PrivilegeMissing(InvalidInput):
+    """The database role lacks a privilege brooq needs; the message names it and the grant."""
+
+
 class JobNotFound(BrooqError, LookupError):
     """No job has this id (it may never have existed or retention deleted it)."""
 

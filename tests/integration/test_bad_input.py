@@ -378,7 +378,10 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], int, str]] = [
     ),
     ("watch zero", ["status", "--watch", "0"], {}, 2, "--watch"),
     ("unknown migrate action", ["migrate", "sideways"], {}, 2, "invalid choice"),
-    ("unknown job id", ["job", "not-a-uuid"], {}, 1, "not a job id"),
+    # A malformed id is bad input (2); a well-formed one that matches no row is "not found" (1).
+    ("malformed job id", ["job", "not-a-uuid"], {}, 2, "not a job id"),
+    ("cancel malformed id", ["cancel", "123"], {}, 2, "not a job id"),
+    ("job blank id", ["job", " "], {}, 2, "not a job id"),
     (
         "cancel unknown id",
         ["cancel", "01900000-0000-7000-8000-000000000000"],

@@ -174,6 +174,9 @@ def test_make_demo_ends_with_commands_that_work_when_pasted(dsn: str, tmp_path: 
     tail = out[out.index("paste these") :].splitlines()[1:]
     commands = [line.strip() for line in tail if line.strip()]
     assert any(c.startswith("export DATABASE_URL=") for c in commands)
+    # The venv first: from then on `brooq`, `python` and `pip` are the venv's (issue 27).
+    assert commands[0].startswith(". ") and commands[0].split()[1].endswith("/bin/activate")
+    assert any(c.startswith("brooq status") for c in commands)
     assert any(" status" in c for c in commands) and any(" jobs list" in c for c in commands)
     script = "set -e\n" + "\n".join(c for c in commands if "dashboard" not in c)
     pasted = subprocess.run(
@@ -187,3 +190,56 @@ def test_make_demo_ends_with_commands_that_work_when_pasted(dsn: str, tmp_path: 
     assert pasted.returncode == 0, pasted.stdout + pasted.stderr
     assert "dead" in pasted.stdout
     assert json.loads(pasted.stdout.splitlines()[-1])["retried"] >= 0
+
+
+def test_env_example_says_how_to_point_dot_env_at_the_local_database(tmp_path: Path) -> None:
+    """Issue 27: .env.example hard-coded port 55433 whatever BROOQ_PGPORT chose; its first
+    lines give the command that writes the local database's real URL into .env."""
+    root = Path(__file__).resolve().parents[2]
+    header = (root / ".env.example").read_text().splitlines()[:5]
+    (command,) = [
+        line.lstrip("# ").strip() for line in header if line.lstrip("# ").startswith("cp ")
+    ]
+    assert "scripts/pg.sh url" in command
+    (tmp_path / ".env.example").write_text((root / ".env.example").read_text())
+    (tmp_path / "scripts").symlink_to(root / "scripts")
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    subprocess.run(["bash", "-euc", command], cwd=tmp_path, env=env, check=True, timeout=60)
+    url = subprocess.run(
+        [str(root / "scripts" / "pg.sh"), "url"], env=env, capture_output=True, text=True
+    ).stdout.strip()
+    shown = subprocess.run(
+        [sys.executable, "-m", "brooq.cli", "config", "show", "--format", "env"],
+        cwd=tmp_path,
+        env={**env, "PYTHONPATH": PYTHONPATH},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    port = psycopg.conninfo.conninfo_to_dict(url)["port"]
+    assert f"@127.0.0.1:{port}/" in shown.stdout, shown.stdout + shown.stderr
+
+
+def test_global_flags_are_accepted_after_the_command_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 27: `brooq config show --config x.toml` was refused (only `brooq --config x.toml
+    config show` worked); users type it after the command."""
+    from brooq.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("QUEUE_LEASE", raising=False)
+    (tmp_path / "a.toml").write_text('lease = "3m"\n')
+    (tmp_path / "b.toml").write_text('lease = "7m"\n')
+    assert main(["config", "show", "--config", "a.toml"]) == 0
+    assert "QUEUE_LEASE=3m" in capsys.readouterr().out
+    assert main(["--config", "a.toml", "config", "show"]) == 0
+    assert "QUEUE_LEASE=3m" in capsys.readouterr().out
+    # After the command wins over before it; absent after it, the one before stays.
+    assert main(["--config", "a.toml", "config", "show", "--config", "b.toml"]) == 0
+    assert "QUEUE_LEASE=7m" in capsys.readouterr().out
+    assert main(["--log-level", "debug", "config", "show", "--format", "env"]) == 0
+    assert "LOG_LEVEL=debug" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as parsed:
+        parser().parse_args(["jobs", "list", "--config"])  # the flag needs its FILE
+    assert parsed.value.code == 2

@@ -383,6 +383,17 @@ def test_credentials_directory(tmp_path: Path) -> None:
     )
 
 
+def test_an_empty_token_credential_sets_no_token_and_lets_the_environment_show(
+    tmp_path: Path,
+) -> None:
+    """What docs/operations.md and systemd/brooq.service say of an empty brooq-token."""
+    write(tmp_path / "database-url", DSN)
+    write(tmp_path / "brooq-token", "")
+    env = {"CREDENTIALS_DIRECTORY": str(tmp_path)}
+    assert load(env).token is None  # the job endpoints are off
+    assert load({**env, "BROOQ_TOKEN": SECRET}).token == SECRET  # an empty value is unset
+
+
 def test_credentials_directory_without_the_files(tmp_path: Path) -> None:
     env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "DATABASE_URL": DSN}
     assert load(env).database_url == DSN and load(env).token is None

@@ -1,0 +1,133 @@
+"""A transaction-pooling PgBouncer without ``QUEUE_PGBOUNCER`` (issue 22, item 17).
+
+Before: the supervisor logged ``DatabaseUnavailable … unsupported startup parameter:
+options`` once a minute and never drained; ``brooq status`` ended in an internal error
+(``DuplicatePreparedStatement``). A bouncer gives itself away by those two errors: brooq
+now switches to its PgBouncer profile and says so once, or (when a statement already
+failed) stops with an error that names ``QUEUE_PGBOUNCER``. Real PgBouncer (Debian's),
+real processes; every wait bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from brooq.postgres.connect import PROFILE, Connector, use_pgbouncer
+from brooq.vocabulary import StoreUnavailable
+from tests.system.bouncer import PgBouncer
+from tests.system.harness import count, insert_jobs, run_cli, states, wait_until
+
+pytestmark = [pytest.mark.system, pytest.mark.db]
+
+
+class LenientBouncer(PgBouncer):
+    """A bouncer told to ignore the ``options`` startup parameter: only the prepared
+    statements of other clients give it away (one server connection, so they collide)."""
+
+    def config(self) -> str:
+        return (
+            super()
+            .config()
+            .replace(
+                "ignore_startup_parameters = extra_float_digits",
+                "ignore_startup_parameters = extra_float_digits,options",
+            )
+        )
+
+
+@pytest.fixture(scope="module")
+def bouncer(server_url: str) -> Iterator[PgBouncer]:
+    b = PgBouncer(server_url, pool_size=4).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
+def profile_restored() -> Iterator[None]:
+    """This process's connection profile as it was (a detection switches it)."""
+    before = PROFILE.pgbouncer
+    try:
+        yield
+    finally:
+        use_pgbouncer(before)
+
+
+@pytest.mark.timeout(90)
+def test_supervise_detects_the_bouncer_says_so_once_and_drains(
+    pg: psycopg.Connection[Any], supervise: Any, bouncer: PgBouncer, dsn: str
+) -> None:
+    total = 200
+    sup = supervise(
+        "--workers",
+        "2",
+        "--poll-interval",
+        "200ms",
+        "--graceful-timeout",
+        "3s",
+        env={"DATABASE_URL": bouncer.url(dsn)},  # no QUEUE_PGBOUNCER
+    )
+    sup.wait_children(2)
+    insert_jobs(pg, "work", [{}] * total)
+    wait_until(lambda: count(pg, "state = 'done'") == total, 60, "every job done", interval=0.2)
+    assert states(pg) == {"done": total}
+    detected = sup.events("PgBouncerDetected")
+    assert len(detected) == 1, sup.log_tail()
+    assert "QUEUE_PGBOUNCER" in detected[0]["msg"]
+    assert not sup.events("DatabaseUnavailable")
+    assert sup.stop() == 0
+
+
+def test_cli_commands_detect_the_bouncer_and_work(
+    pg: psycopg.Connection[Any], bouncer: PgBouncer, dsn: str, tmp_path: Path
+) -> None:
+    via = bouncer.url(dsn)
+    insert_jobs(pg, "work", [{}] * 3)
+    for argv in (
+        ["status"],
+        ["workers"],
+        ["jobs", "list"],
+        ["enqueue", "--topic", "work", "--payload", "{}"],
+        ["jobs", "cancel", "--topic", "work"],
+    ):
+        done = run_cli(via, tmp_path, *argv)
+        assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
+        assert done.stderr.count("QUEUE_PGBOUNCER") == 1, done.stderr
+        assert "internal error" not in done.stderr
+    assert states(pg) == {"canceled": 4}
+
+
+@pytest.mark.timeout(60)
+def test_another_clients_prepared_statement_gives_the_bouncer_away(
+    server_url: str, dsn: str, profile_restored: None
+) -> None:
+    lenient = LenientBouncer(server_url, pool_size=1).start()
+    try:
+        via = lenient.url(dsn)
+        use_pgbouncer(False)
+        first, second = Connector(via), Connector(via)
+        try:
+            # psycopg prepares a statement at its 5th run: the first client's lands as
+            # _pg3_0 on the one server connection; the second's would be _pg3_0 too.
+            for _ in range(6):
+                with first.connection() as conn:
+                    conn.execute("SELECT 1").fetchone()
+            with pytest.raises(StoreUnavailable, match="QUEUE_PGBOUNCER"):
+                for _ in range(6):
+                    with second.connection() as conn:
+                        conn.execute("SELECT 2").fetchone()
+            assert PROFILE.pgbouncer  # switched, once
+            for _ in range(10):  # and from now on it works: nothing is prepared
+                with second.connection() as conn:
+                    assert conn.execute("SELECT 2").fetchone() == (2,)
+        finally:
+            first.close()
+            second.close()
+    finally:
+        lenient.stop()
