@@ -22,7 +22,7 @@ from brooq.engine.timer import Every
 from brooq.logs import event
 from brooq.supervisor.children import ChildProcess
 from brooq.supervisor.database import Database
-from brooq.vocabulary import SchemaMissing
+from brooq.vocabulary import PrivilegeMissing, SchemaMissing
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -143,7 +143,9 @@ class Registration:
         def run() -> str | None:
             try:
                 call()
-            except SchemaMissing as exc:  # new code before `brooq migrate up`: jobs still run
+            except (SchemaMissing, PrivilegeMissing) as exc:
+                # New code before `brooq migrate up`, or a grant revoked while it runs:
+                # jobs still run; say it once, not every PERIOD.
                 return str(exc)
             return None
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from prometheus_client import Counter
 
 from brooq import metrics as prom
@@ -431,3 +432,21 @@ def test_kept_settings_keeps_what_needs_a_restart() -> None:
     kept, unapplied = kept_settings(old, new)
     assert kept.lease == old.lease and kept.workers == new.workers
     assert unapplied == ["lease", "reaper_period"]  # the reaper period follows the lease
+
+
+def test_a_revoked_grant_is_said_once_and_the_supervisor_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from brooq.vocabulary import PrivilegeMissing
+
+    class Revoked(Writer):
+        def register(self, **row: Any) -> None:
+            raise PrivilegeMissing("permission denied for table brooq_supervisor")
+
+    lane = Lane()
+    registration = Registration(Revoked(), lane, holder=HOLDER, app="app:q")
+    for now in (100.0, 106.0, 112.0):
+        registration.run_once(now, workers=[], topics=["a"], stopping=False)
+        lane.finish()
+    warned = [r for r in caplog.records if r.getMessage() == "RegistrationFailed"]
+    assert len(warned) == 1
