@@ -141,7 +141,7 @@ class InProcessSlot:
             holder_id(),
             settings.lease,
             options.topics,
-            _KeeperListener(self.keeper, LoggingListener()),
+            _KeeperListener(self.keeper, LoggingListener(every_job=settings.log_jobs)),
         )
         self.waker = Listener(listen, cancels=False)
         self.reaper = Reaper(self.store, Every(settings.reaper_period), settings.max_expirations)

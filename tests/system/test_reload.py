@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,48 @@ def test_sighup_applies_new_settings_from_the_env_file(
     ids = insert_jobs(pg, "work", [{} for _ in range(30)])
     wait_until(lambda: count(pg, "state = 'done'") == len(ids), 20, "the jobs done")
     assert sorted(sup.children()) == sorted(three)
+
+
+MORE_KIND = """
+
+@queue.kind("more")
+def more(claim: brooq.Claim) -> None:
+    pass
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_topic_added_by_a_reload_has_every_metric(
+    pg: psycopg.Connection[Any], supervise: Any, tmp_path: Path
+) -> None:
+    """v2 adds topic ``more``: the first scrape after the reload has every series for it."""
+    pg.execute("CREATE TABLE seen (job_id uuid NOT NULL UNIQUE, version text NOT NULL)")
+    write_app(tmp_path, "v1")
+    sup = supervise(
+        "--workers",
+        "1",
+        "--poll-interval",
+        "200ms",
+        app="reloadapp:queue",
+        env={"PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    sup.wait_event("SupervisorReady", 30)
+    url = f"http://{sup.env_used['HTTP_ADDR']}/metrics"
+    assert 'topic="more"' not in scrape(url)
+    write_app(tmp_path, "v2", extra=MORE_KIND)
+    sup.send(signal.SIGHUP)
+    sup.wait_event("SupervisorReloaded", 30)
+    text = scrape(url)
+    for series in (
+        'brooq_jobs{state="pending",topic="more"}',
+        'brooq_ready_oldest_age_seconds{topic="more"}',
+        'brooq_worker_busy{topic="more"}',
+        'brooq_claimed_total{topic="more"}',
+    ):
+        assert series in text, series
+    assert sup.stop() == 0
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return str(r.read().decode())

@@ -92,3 +92,29 @@ def test_ordinary_fields_are_left_alone() -> None:
         record("JobDone", job_id="01a2-…", topic="email.send", attempt=2)
     )
     assert "msg=JobDone" in line and "topic=email.send" in line and "attempt=2" in line
+
+
+def test_done_jobs_are_logged_only_when_every_job_is(caplog: pytest.LogCaptureFixture) -> None:
+    """QUEUE_LOG_JOBS off: a done job writes no INFO line; a failure is logged either way."""
+    from datetime import UTC, datetime, timedelta
+
+    from brooq.engine.outcome import DONE, Outcome, SettleKind
+    from brooq.engine.runner import Attempted
+    from brooq.engine.store import Claimed, Ticket
+    from brooq.logs import LoggingListener
+    from brooq.vocabulary import KindOptions
+
+    claimed = Claimed(Ticket("j1", "h", 1), "t", "{}", datetime.now(UTC))
+    failed = Outcome(SettleKind.FAILED, "failed", timedelta(seconds=1), error="E: x")
+    caplog.set_level(logging.INFO)
+    quiet = LoggingListener(every_job=False)
+    quiet.claimed(claimed, KindOptions())
+    quiet.settled(Attempted(claimed, DONE, None, 0.01))
+    assert [r.getMessage() for r in caplog.records] == []
+    quiet.settled(Attempted(claimed, failed, None, 0.01))
+    assert [r.getMessage() for r in caplog.records] == ["JobFailed"]
+    caplog.clear()
+    loud = LoggingListener(every_job=True)
+    loud.claimed(claimed, KindOptions())
+    loud.settled(Attempted(claimed, DONE, None, 0.01))
+    assert [r.getMessage() for r in caplog.records] == ["JobClaimed", "JobDone"]
