@@ -37,7 +37,7 @@ def settings_to_toml(settings: Settings) -> str:
 
 ENV_EXAMPLE_HEADER = """\
 # brooq settings. Copy to .env (gitignored) for local work: `cp .env.example .env`.
-# Generated from brooq/config/settings.py by `brooq config example`; a test fails
+# Generated from brooq/config/settings/ by `brooq config example`; a test fails
 # when this file and the table differ. `brooq config show` prints what is in
 # effect (secrets redacted).
 #

@@ -197,10 +197,10 @@ def test_every_problem_reported_at_once_one_per_line() -> None:
         "QUEUE_WORKERS: must be at least 1 (got 0); write e.g. 2",
         'QUEUE_POLL_INTERVAL: must be greater than 0 (got "0s"); write e.g. 1s',
         'QUEUE_LEASE: "120" has no unit; write e.g. 120s, 2m or 1h',
+        'QUEUE_MAX_MEMORY_PER_WORKER: "512" has no unit; write e.g. 512MiB or 512MB',
         'QUEUE_MAX_ATTEMPTS: "many" is not a whole number; write e.g. 5',
         'QUEUE_RETENTION_TTL: must not be negative (got "-1h"); '
         "write e.g. 720h, or 0 to disable retention",
-        'QUEUE_MAX_MEMORY_PER_WORKER: "512" has no unit; write e.g. 512MiB or 512MB',
         "QUEUE_MAX_PAYLOAD_BYTES: must be greater than 0; write e.g. 1MiB",
         'QUEUE_NOTIFY: "maybe" is not a boolean; write true or false',
         'HTTP_ADDR: "localhost:70000" is not host:port; write e.g. 127.0.0.1:8090 or [::1]:8090',

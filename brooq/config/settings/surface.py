@@ -1,0 +1,58 @@
+"""Settings of what a supervisor shows: the HTTP surface, its token, and the logs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from brooq.config import values as v
+from brooq.config.settings.key import DASHBOARD, GLOBAL, SUPERVISE, Key, KeyTable
+
+LogFormat = Literal["kv", "json"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class SurfaceKeys(KeyTable):
+    """HTTP_ADDR, HTTP_ALLOW_REMOTE, BROOQ_TOKEN, LOG_FORMAT and LOG_LEVEL."""
+
+    http_addr: Key[str] = Key(
+        "HTTP_ADDR",
+        v.ADDR,
+        "127.0.0.1:8090",
+        "Address of /metrics, /healthz and the dashboard (loopback only unless "
+        "HTTP_ALLOW_REMOTE; port 0 = any free).",
+        section="surface",
+        commands=(SUPERVISE, DASHBOARD),
+    )
+    http_allow_remote: Key[bool] = Key(
+        "HTTP_ALLOW_REMOTE",
+        v.BOOL,
+        "false",
+        "Allow a non-loopback HTTP_ADDR (BROOQ_TOKEN of at least 32 bytes then required).",
+        section="surface",
+        commands=(SUPERVISE, DASHBOARD),
+    )
+    token: Key[str | None] = Key(
+        "BROOQ_TOKEN",
+        v.TEXT,
+        None,
+        "Bearer token of the job endpoints and dashboard actions (secret). Unset: those "
+        "endpoints are off and the dashboard is read-only; /metrics and /healthz never need it.",
+        section="secrets",
+        secret=True,
+    )
+    log_format: Key[LogFormat] = Key(
+        "LOG_FORMAT",
+        v.choice("kv", "json"),
+        "kv",
+        "Log lines as kv (key=value) or json.",
+        section="surface",
+        commands=(GLOBAL,),
+    )
+    log_level: Key[LogLevel] = Key(
+        "LOG_LEVEL",
+        v.choice("debug", "info", "warning", "error"),
+        "info",
+        "debug, info, warning or error.",
+        section="surface",
+        commands=(GLOBAL,),
+    )
