@@ -9,8 +9,8 @@ import pytest
 
 from brooq.engine.inspection import MinuteCount
 from brooq.surface.dashboard.access import COOKIE, Access, Verdict, same_origin
+from brooq.surface.dashboard.forms import query_filter, redirect
 from brooq.surface.dashboard.render import chart, environment, page
-from brooq.surface.dashboard.views import query_filter, redirect
 from brooq.surface.wire import Request
 from brooq.vocabulary import InvalidInput, State
 

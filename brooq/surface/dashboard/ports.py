@@ -10,7 +10,7 @@ from brooq.engine.inspection import Inspection
 from brooq.osproc import no_fork
 from brooq.postgres.admin import PostgresAdmin
 from brooq.postgres.inspection import PostgresInspection
-from brooq.surface.dashboard.views import DashboardPorts
+from brooq.surface.dashboard.pages import DashboardPorts
 
 READ_TIMEOUT = timedelta(seconds=2)
 """A page's reads are stopped by PostgreSQL past this: a page answers late, never hangs."""
