@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,17 +43,20 @@ class PostgresInspection:
     def __init__(
         self,
         source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
-        timeout: timedelta = READ_TIMEOUT,
+        timeout: timedelta | Callable[[], timedelta] = READ_TIMEOUT,
         prepare: bool = True,
     ) -> None:
         self.connector = (
             source if isinstance(source, Connector) else Connector(Source(source, prepare=prepare))
         )
         self.timeout = timeout
+        """The time limit of each read, or a callable that says it at each read (what is
+        left of a caller's deadline: a dashboard page bounds all of its reads together)."""
 
     @contextmanager
     def _reading(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
-        ms = f"{max(1, int(self.timeout.total_seconds() * 1000))}ms"
+        timeout = self.timeout() if callable(self.timeout) else self.timeout
+        ms = f"{max(1, int(timeout.total_seconds() * 1000))}ms"
         with self.connector.connection() as conn, conn.transaction():
             conn.execute(sql("limit_statement_time"), {"timeout": ms})
             yield conn.cursor(row_factory=dict_row)

@@ -13,7 +13,8 @@ import time
 from typing import TYPE_CHECKING
 
 from brooq import metrics as prom
-from brooq.surface.dashboard import Dashboard, DashboardPorts
+from brooq.surface.dashboard import Dashboard
+from brooq.surface.dashboard.pool import PortPool
 from brooq.surface.dashboard.ports import close_ports, postgres_ports
 from brooq.surface.service import HealthBoard, ServiceSurface
 
@@ -30,7 +31,7 @@ class Surface:
     def __init__(self, service: ServiceSurface, board: HealthBoard) -> None:
         self.service, self.board = service, board
         self.address = service.address
-        self.ports: DashboardPorts | None = None
+        self.ports: PortPool | None = None
 
     @classmethod
     def open(cls, sup: Supervisor) -> Surface | None:

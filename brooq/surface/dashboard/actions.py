@@ -23,10 +23,10 @@ MAX_ROWS_PER_ACTION = 5000
 
 
 class Actions:
-    """The actions, over the ports' Admin, each refused unless the session may act."""
+    """The actions, over the ports lent to each, refused unless the session may act."""
 
-    def __init__(self, ports: DashboardPorts, screen: Screen) -> None:
-        self.ports, self.screen = ports, screen
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
 
     def _authorize(self, request: Request) -> tuple[dict[str, list[str]], Response | None]:
         form = request.form()
@@ -36,12 +36,12 @@ class Actions:
         status, why = refusal
         return form, self.screen.message(request, status, "Action refused", why)
 
-    def retry_one(self, request: Request) -> Response:
+    def retry_one(self, request: Request, ports: DashboardPorts) -> Response:
         """Retry one dead (or canceled) job: pending now, attempts reset."""
         form, refused = self._authorize(request)
         if refused:
             return refused
-        record = self.ports.inspection.job(request.params["job_id"])
+        record = ports.inspection.job(request.params["job_id"])
         target = f"/ui/jobs/{record.id}"
         if record.state not in RETRYABLE:
             return redirect(
@@ -52,7 +52,7 @@ class Actions:
                 request, f"Retry job {record.id} ({record.topic}, {record.state})?", "retry", []
             )
         where = JobFilter(ids=(record.id,), state=State(record.state), limit=1)
-        retried = self.ports.admin.retry(where)
+        retried = ports.admin.retry(where)
         return redirect(
             target,
             "retried: the job is pending again"
@@ -60,31 +60,33 @@ class Actions:
             else "not retried: the job changed meanwhile",
         )
 
-    def cancel_one(self, request: Request) -> Response:
+    def cancel_one(self, request: Request, ports: DashboardPorts) -> Response:
         """Cancel one job that is not terminal (a running handler is interrupted)."""
         form, refused = self._authorize(request)
         if refused:
             return refused
-        record = self.ports.inspection.job(request.params["job_id"])
+        record = ports.inspection.job(request.params["job_id"])
         target = f"/ui/jobs/{record.id}"
         if not confirmed(form):
             return self._confirm(
                 request, f"Cancel job {record.id} ({record.topic}, {record.state})?", "cancel", []
             )
-        canceled = self.ports.admin.cancel(record.id, "canceled from the dashboard")
+        canceled = ports.admin.cancel(record.id, "canceled from the dashboard")
         return redirect(
             target, "canceled" if canceled else f"not canceled: the job is already {record.state}"
         )
 
-    def retry_filtered(self, request: Request) -> Response:
+    def retry_filtered(self, request: Request, ports: DashboardPorts) -> Response:
         """Retry every dead (or canceled) job the posted filters match."""
-        return self._bulk(request, "retry", RETRYABLE)
+        return self._bulk(request, ports, "retry", RETRYABLE)
 
-    def purge_filtered(self, request: Request) -> Response:
+    def purge_filtered(self, request: Request, ports: DashboardPorts) -> Response:
         """Delete every terminal job the posted filters match, in batches."""
-        return self._bulk(request, "purge", PURGEABLE)
+        return self._bulk(request, ports, "purge", PURGEABLE)
 
-    def _bulk(self, request: Request, action: str, states: tuple[State, ...]) -> Response:
+    def _bulk(
+        self, request: Request, ports: DashboardPorts, action: str, states: tuple[State, ...]
+    ) -> Response:
         form, refused = self._authorize(request)
         if refused:
             return refused
@@ -104,7 +106,7 @@ class Actions:
             )
         where = replace(where, limit=MAX_ROWS_PER_ACTION, after=None)
         if not confirmed(form):
-            count = self.ports.inspection.count_jobs(replace(where, limit=0))
+            count = ports.inspection.count_jobs(replace(where, limit=0))
             verb = "Retry" if action == "retry" else "Delete"
             return self._confirm(
                 request,
@@ -114,10 +116,10 @@ class Actions:
                 count=count,
             )
         if action == "retry":
-            done = len(self.ports.admin.retry(where))
+            done = len(ports.admin.retry(where))
             note = f"retried {done} job{'s' * (done != 1)}"
         else:
-            done = self.ports.admin.purge(where)
+            done = ports.admin.purge(where)
             note = f"purged {done} job{'s' * (done != 1)}"
         if done >= MAX_ROWS_PER_ACTION:
             note += f" (at most {MAX_ROWS_PER_ACTION} per click: repeat for the rest)"

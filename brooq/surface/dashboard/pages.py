@@ -26,14 +26,14 @@ class DashboardPorts:
 
 
 class Pages:
-    """The read-only pages, over the ports' Inspection."""
+    """The read-only pages, each over the Inspection of the ports lent to it."""
 
-    def __init__(self, ports: DashboardPorts, screen: Screen) -> None:
-        self.ports, self.screen = ports, screen
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
 
-    def overview(self, request: Request) -> Response:
+    def overview(self, request: Request, ports: DashboardPorts) -> Response:
         """Counts per topic × state, oldest ready age, throughput, live workers."""
-        inspection = self.ports.inspection
+        inspection = ports.inspection
         depth = inspection.depth()
         ready = inspection.oldest_ready()
         minutes = inspection.throughput(CHART_WINDOW)
@@ -58,7 +58,7 @@ class Pages:
             chart=chart(minutes),
         )
 
-    def jobs(self, request: Request) -> Response:
+    def jobs(self, request: Request, ports: DashboardPorts) -> Response:
         """A page of jobs under the filters of the query string."""
         try:
             where = query_filter(request.query)
@@ -71,14 +71,14 @@ class Pages:
                 page=None,
                 total=None,
                 form=form_values(request.query),
-                topics=self._topics(),
+                topics=_topics(ports),
                 states=STATES,
                 next_url=None,
                 bulk=None,
                 query="",
             )
-        listing = self.ports.inspection.list_jobs(where)
-        total = self.ports.inspection.count_jobs(where)
+        listing = ports.inspection.list_jobs(where)
+        total = ports.inspection.count_jobs(where)
         next_url = None
         if listing.next is not None:
             next_url = "/ui/jobs?" + urlencode(
@@ -92,23 +92,24 @@ class Pages:
             page=listing,
             total=total,
             form=form_values(request.query),
-            topics=self._topics(),
+            topics=_topics(ports),
             states=STATES,
             next_url=next_url,
             bulk=bulk,
             query=urlencode(filter_pairs(request.query)),
         )
 
-    def job(self, request: Request) -> Response:
+    def job(self, request: Request, ports: DashboardPorts) -> Response:
         """One job's whole row."""
-        record = self.ports.inspection.job(request.params["job_id"])
+        record = ports.inspection.job(request.params["job_id"])
         return self.screen.render(request, "job.html", job=record, state=str(record.state))
 
-    def _topics(self) -> list[str]:
-        try:
-            return sorted({row.topic for row in self.ports.inspection.depth()})
-        except StoreUnavailable:
-            return []
+
+def _topics(ports: DashboardPorts) -> list[str]:
+    try:
+        return sorted({row.topic for row in ports.inspection.depth()})
+    except StoreUnavailable:
+        return []
 
 
 def _live(inspection: Inspection) -> list[SupervisorRow] | None:

@@ -19,6 +19,7 @@ from brooq.surface.dashboard.access import Access
 from brooq.surface.dashboard.actions import Actions
 from brooq.surface.dashboard.forms import HTML, redirect
 from brooq.surface.dashboard.pages import DashboardPorts, Pages
+from brooq.surface.dashboard.pool import PortPool
 from brooq.surface.dashboard.render import Screen
 from brooq.surface.router import Router
 from brooq.surface.wire import Request, Response
@@ -45,30 +46,54 @@ __all__ = ["Dashboard", "DashboardPorts"]
 
 
 class Dashboard:
-    """The dashboard's routes for one set of ports and one token (None: read-only)."""
+    """The dashboard's routes over a pool of ports and one token (None: read-only)."""
 
-    def __init__(self, ports: DashboardPorts, token: str | None, where: str = "supervisor") -> None:
+    def __init__(self, ports: PortPool, token: str | None, where: str = "supervisor") -> None:
         self.ports, self.access, self.where = ports, Access(token or None), where
         self.screen = Screen(self.access, where)
-        self.pages = Pages(ports, self.screen)
-        self.actions = Actions(ports, self.screen)
+        self.pages = Pages(self.screen)
+        self.actions = Actions(self.screen)
 
     def routes(self, router: Router) -> Router:
         """Add ``/``, ``/ui``, its pages, actions, login and static assets to ``router``."""
-        pages, actions = self.pages, self.actions
+        pages, actions, reads = self.pages, self.actions, self._reading
         router.add("GET", "/", lambda r: redirect("/ui"))
-        router.add("GET", "/ui", self._page(pages.overview))
+        router.add("GET", "/ui", reads(pages.overview))
         router.add("GET", "/ui/", lambda r: redirect("/ui"))
-        router.add("GET", "/ui/jobs", self._page(pages.jobs))
-        router.add_pattern("GET", f"/ui/jobs/{JOB_ID}", self._page(pages.job))
-        router.add("POST", "/ui/jobs/retry", self._page(actions.retry_filtered))
-        router.add("POST", "/ui/jobs/purge", self._page(actions.purge_filtered))
-        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/retry", self._page(actions.retry_one))
-        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/cancel", self._page(actions.cancel_one))
+        router.add("GET", "/ui/jobs", reads(pages.jobs))
+        router.add_pattern("GET", f"/ui/jobs/{JOB_ID}", reads(pages.job))
+        router.add("POST", "/ui/jobs/retry", reads(actions.retry_filtered))
+        router.add("POST", "/ui/jobs/purge", reads(actions.purge_filtered))
+        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/retry", reads(actions.retry_one))
+        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/cancel", reads(actions.cancel_one))
         router.add(("GET", "POST"), "/ui/login", self._page(self.login))
         router.add("POST", "/ui/logout", self._page(self.logout))
         router.add_pattern("GET", r"/ui/static/(?P<name>[a-z]+\.(?:css|js))", static)
         return router
+
+    def _reading(
+        self, handler: Callable[[Request, DashboardPorts], Response]
+    ) -> Callable[[Request], Response]:
+        """``handler`` on ports lent for the request; 503 at once when none is free."""
+
+        def serve(request: Request) -> Response:
+            with self.ports.lease() as ports:
+                if ports is None:
+                    return self._busy(request)
+                return handler(request, ports)
+
+        return self._page(serve)
+
+    def _busy(self, request: Request) -> Response:
+        log.debug("dashboard page shed", extra={"event": "HttpShed", "path": request.path})
+        response = self.screen.message(
+            request,
+            503,
+            "Busy",
+            f"{self.ports.size} pages are being read already: reload this one in a moment",
+        )
+        response.headers.append(("Retry-After", "1"))
+        return response
 
     def _page(self, handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def serve(request: Request) -> Response:
