@@ -414,6 +414,32 @@ def test_forked_grandchildren_do_not_outlive_the_supervisor(
 
 
 @pytest.mark.timeout(90)
+def test_processes_that_escaped_two_process_groups_do_not_outlive_the_supervisor(
+    pg: psycopg.Connection[Any],
+    tmp_path: Path,
+    supervise: Callable[..., Supervisor],
+) -> None:
+    # Issue 22, item 14: the second escapee is not the supervisor's child until the
+    # first one dies, so one pass over the supervisor's children missed it.
+    pidfile = tmp_path / "escaped.pid"
+    sup = supervise("--workers", "1", "--poll-interval", "100ms", app=APP)
+    sup.wait_children(1)
+    insert_jobs(pg, "fork.escape-twice", [{"pidfile": str(pidfile)}])
+    wait_until(lambda: pidfile.exists() and pidfile.read_text(), 20, "the handler to fork")
+    escaped = {int(pid) for pid in pidfile.read_text().split()}
+    assert len(escaped) == 2 and all(title(pid).startswith("brooq worker") for pid in escaped)
+    assert len({os.getsid(pid) for pid in escaped}) == 2  # two sessions, two groups
+    try:
+        sup.send(signal.SIGTERM)
+        assert sup.wait_exit(20) == 0
+        wait_until(lambda: not brooq_processes_in(escaped), 5, "both escapees to be gone")
+    finally:
+        for pid in brooq_processes_in(escaped):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.timeout(90)
 def test_a_grandchild_dies_with_the_worker_that_forked_it(
     pg: psycopg.Connection[Any],
     tmp_path: Path,

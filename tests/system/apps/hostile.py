@@ -11,7 +11,10 @@
   the DSN and its password);
 - ``fork.grandchild``: forks a process that ignores SIGTERM and sleeps (in a
   session of its own when the payload says ``setsid``); its pid goes to the
-  file named by the payload's ``pidfile``.
+  file named by the payload's ``pidfile``;
+- ``fork.escape-twice``: forks a process that starts a session of its own and
+  forks another that starts one more (two process groups escaped); both
+  ignore SIGTERM and sleep; their pids go to the ``pidfile``.
 """
 
 from __future__ import annotations
@@ -101,6 +104,30 @@ def fork_grandchild(claim: brooq.Claim) -> None:
         f.write(str(pid))
 
 
+def escape_twice(claim: brooq.Claim) -> None:
+    """Leave two processes behind, each in a session of its own, the second forked by the first."""
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        try:
+            os.close(read_end)
+            os.setsid()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            inner = os.fork()
+            if inner == 0:
+                os.close(write_end)
+                os.setsid()  # out of the first escapee's group too
+                time.sleep(600)
+            else:
+                os.write(write_end, f"{os.getpid()} {inner}".encode())
+                os.close(write_end)
+                time.sleep(600)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe, open(claim.payload["pidfile"], "w") as f:
+        f.write(pipe.read())
+
+
 queue.register("noop", noop, max_attempts=3, **RETRY)
 queue.register("fd.close-low", close_low, max_attempts=2, **RETRY)
 queue.register("fd.closerange", close_range, max_attempts=2, **RETRY)
@@ -117,3 +144,4 @@ queue.register(
 queue.register("err.dsn", dsn_in_error, max_attempts=1)
 queue.register("err.password", password_in_error, max_attempts=1)
 queue.register("fork.grandchild", fork_grandchild, max_attempts=1)
+queue.register("fork.escape-twice", escape_twice, max_attempts=1)
