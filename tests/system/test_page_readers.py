@@ -34,7 +34,7 @@ PAGE = "/ui/jobs?limit=1000"
 
 @dataclass
 class Readers:
-    """``n`` threads that GET ``path`` back to back until stopped; every answer's status and time."""
+    """``n`` threads that GET ``path`` back to back until stopped; each answer's status, time."""
 
     host: str
     port: int
@@ -96,9 +96,7 @@ def test_page_readers_never_hold_off_forks_or_healthz(
         "SELECT 'ballast', jsonb_build_object('n', g) FROM generate_series(1, %s) g",
         (BALLAST,),
     )
-    sup = supervise(
-        "--workers", "2", "--max-jobs-per-worker", "1", "--poll-interval", "100ms"
-    )
+    sup = supervise("--workers", "2", "--max-jobs-per-worker", "1", "--poll-interval", "100ms")
     host, port = http_addr(sup).rsplit(":", 1)
     sup.wait_children(2)
     wait_until(lambda: timed_healthz(host, int(port))[1] == 200, 15, "/healthz 200")
