@@ -26,7 +26,7 @@ from brooq.engine.outcome import bounded, safe_text
 from brooq.engine.runner import Attempted
 from brooq.engine.store import Claimed
 from brooq.vocabulary import KindOptions, format_duration
-from brooq.vocabulary.secrets import REDACTED, scrub
+from brooq.vocabulary.secrets import hide_everywhere, known_secrets, scrub
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 FIELD_MAX_CHARS = 4000
@@ -35,31 +35,20 @@ EXC_MAX_CHARS = 16_000
 """The longest traceback in a log line (its end is kept: the innermost frames)."""
 # JSON leaves these raw with ensure_ascii=False, yet many readers break lines at them.
 _SEPARATORS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
-_secrets: list[str] = []
-BARE_SECRET_MIN = 8
-"""The shortest secret hidden wherever it appears in a log line (not only in a DSN)."""
 
 
 def hide_secrets(secrets: list[str]) -> None:
-    """Hide each of ``secrets`` (say the DSN's password) wherever it shows up in a log line."""
-    # Longest first: a secret inside another is replaced after it. Only secrets of
-    # BARE_SECRET_MIN characters or more are hidden wherever they appear: a short
-    # password ("brooq") is also a word, a path, a user name, and hiding it would
-    # garble every line. In a DSN or `password=` scrub() hides any password.
-    _secrets[:] = sorted(
-        {s for s in _secrets + secrets if len(s) >= BARE_SECRET_MIN}, key=len, reverse=True
-    )
+    """Hide each of ``secrets`` (the DSN's password, the token) in every log line, and in
+    every error text brooq stores (see brooq.vocabulary.secrets.scrub)."""
+    hide_everywhere(secrets)
 
 
 def clean_text(text: str, limit: int = FIELD_MAX_CHARS) -> str:
     """``text`` bounded, with lone surrogates escaped and passwords hidden."""
     text = safe_text(bounded(text, limit))
     # The patterns only where they can match: most fields are ids and names (hot path).
-    if "://" in text or "password" in text.lower():
+    if "://" in text or "password" in text.lower() or any(s in text for s in known_secrets()):
         text = scrub(text)
-    for secret in _secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
     return text
 
 

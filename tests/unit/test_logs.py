@@ -16,6 +16,7 @@ import pytest
 
 from brooq import logs
 from brooq.logs import EXC_MAX_CHARS, FIELD_MAX_CHARS, JsonFormatter, KeyValueFormatter
+from brooq.vocabulary import secrets as secrets_of_process
 
 SECRET = "Wr-Zq9-s3cret-pw"
 FORMATTERS = [JsonFormatter(), KeyValueFormatter()]
@@ -25,10 +26,11 @@ FORMATTER_IDS = ["json", "kv"]
 @pytest.fixture(autouse=True)
 def secrets() -> Iterator[None]:
     """The DSN password known to the logs, as `brooq` sets it from DATABASE_URL."""
-    saved = list(logs._secrets)
+    saved = secrets_of_process.known_secrets()
     logs.hide_secrets([SECRET])
     yield
-    logs._secrets[:] = saved
+    secrets_of_process.forget_secrets()
+    secrets_of_process.hide_everywhere(saved)
 
 
 def record(

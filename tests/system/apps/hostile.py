@@ -8,7 +8,8 @@
   connection is used (the one a closed descriptor would wedge);
 - ``err.*``: exceptions whose text is hostile (a lone surrogate, a ``__str__``
   that raises KeyboardInterrupt, 10 MB, terminal escapes and line separators,
-  the DSN and its password);
+  the DSN and its password, the environment, words that hold the test
+  cluster's password ``brooq``);
 - ``fork.grandchild``: forks a process that ignores SIGTERM and sleeps (in a
   session of its own when the payload says ``setsid``); its pid goes to the
   file named by the payload's ``pidfile``;
@@ -89,6 +90,12 @@ def password_in_error(claim: brooq.Claim) -> None:
     raise ValueError(f'invalid percent-encoded token: "{_password()}"')
 
 
+def environment_in_error(claim: brooq.Claim) -> None:
+    """What a handler that prints its environment into an exception raises."""
+    shown = {k: v for k, v in os.environ.items() if k.startswith(("BROOQ_", "DATABASE_"))}
+    raise RuntimeError(f"bad configuration: {shown}")
+
+
 def fork_grandchild(claim: brooq.Claim) -> None:
     """Leave a process behind that ignores SIGTERM (and keeps the worker's title)."""
     pid = os.fork()
@@ -143,5 +150,11 @@ queue.register(
 )
 queue.register("err.dsn", dsn_in_error, max_attempts=1)
 queue.register("err.password", password_in_error, max_attempts=1)
+queue.register("err.environment", environment_in_error, max_attempts=1)
+queue.register(
+    "err.words",
+    _raise(RuntimeError("brooq.Delay(5) is no error of /srv/brooq/engine/executor.py")),
+    max_attempts=1,
+)
 queue.register("fork.grandchild", fork_grandchild, max_attempts=1)
 queue.register("fork.escape-twice", escape_twice, max_attempts=1)
