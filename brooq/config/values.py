@@ -36,6 +36,8 @@ _BOOLS = {"true": True, "1": True, "yes": True, "on": True,
           "false": False, "0": False, "no": False, "off": False}  # fmt: skip
 _WEIGHTED = re.compile(r"\s*([^=,\s]+)\s*=\s*([0-9]+)\s*")
 MAX_INT = 2**31 - 1  # PostgreSQL integer columns and LIMITs take no more
+MIN_TOKEN_BYTES = 32
+"""The shortest BROOQ_TOKEN: anything shorter could be guessed."""
 
 
 class ConfigError(InvalidInput):
@@ -188,6 +190,27 @@ def _parse_text(text: str, example: str) -> str:
     return text
 
 
+def token_problem(token: str) -> str | None:
+    """Why ``token`` is too weak to guard anything (never quoting it), or None."""
+    size = len(token.encode("utf-8", "surrogateescape"))
+    advice = "e.g. the output of `openssl rand -hex 32`"
+    if size < MIN_TOKEN_BYTES:
+        return (
+            f"{size} bytes is too short for a secret: use at least {MIN_TOKEN_BYTES} bytes, "
+            + advice
+        )
+    if len(set(token)) == 1:
+        return f"one character repeated is no secret: use {advice}"
+    return None
+
+
+def _parse_token(text: str, example: str) -> str:
+    # The message must not echo `text`: it is the secret.
+    if problem := token_problem(text):
+        raise ValueError(problem)
+    return text
+
+
 def _parse_workers(text: str, example: str) -> int | str:
     """A count (``8``) or weighted ``topic=count`` pairs, kept as text for the supervisor."""
     if text.isdigit():
@@ -219,5 +242,6 @@ BOOL = Kind(_parse_bool, lambda b: "true" if b else "false", native_toml=True,
 ADDR = Kind(_parse_addr, metavar="HOST:PORT")
 DSN = Kind(_parse_dsn, metavar="URL")
 TEXT = Kind(_parse_text)
+TOKEN = Kind(_parse_token)
 WORKERS = Kind(_parse_workers, native_toml=True, metavar="N|TOPIC=N,...")
 TOPICS = Kind(_parse_topics, ",".join, metavar="TOPIC,...")

@@ -10,11 +10,12 @@ from brooq.config import values
 from brooq.surface.wire import Request, Response
 from brooq.vocabulary import InvalidInput
 
-MIN_REMOTE_TOKEN_BYTES = 32
+MIN_TOKEN_BYTES = values.MIN_TOKEN_BYTES
 
 
 class SurfaceConfigError(InvalidInput):
-    """HTTP_ADDR is not usable as given (not loopback without the flag, a weak token, in use)."""
+    """HTTP_ADDR is not usable as given (not loopback without the flag, in use) or BROOQ_TOKEN
+    is too weak."""
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -39,11 +40,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
-    """Refuse a non-loopback address unless allowed and guarded by a token of 32+ bytes.
+    """Refuse a weak token anywhere, and a non-loopback address unless allowed and guarded.
 
     On the network the token is all that stands between anyone and the
-    cancel endpoint; a short one could be guessed, so it is refused at start.
+    cancel endpoint; a short one could be guessed, so it is refused at start
+    (on loopback too: any local user, or a page of any site through DNS
+    rebinding, could guess it there as well).
     """
+    if token and (problem := values.token_problem(token)):
+        raise SurfaceConfigError(f"BROOQ_TOKEN: {problem}")
     if is_loopback(host):
         return
     if not allow_remote:
@@ -54,14 +59,7 @@ def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
     if not token:
         raise SurfaceConfigError(
             f"HTTP_ADDR host {host!r} is not loopback: set BROOQ_TOKEN first (at least "
-            f"{MIN_REMOTE_TOKEN_BYTES} bytes, e.g. the output of `openssl rand -hex 32`)"
-        )
-    size = len(token.encode())
-    if size < MIN_REMOTE_TOKEN_BYTES:
-        raise SurfaceConfigError(
-            f"HTTP_ADDR host {host!r} is not loopback and BROOQ_TOKEN is {size} bytes: a surface "
-            f"on the network needs a token of at least {MIN_REMOTE_TOKEN_BYTES} bytes "
-            "(e.g. the output of `openssl rand -hex 32`)"
+            f"{MIN_TOKEN_BYTES} bytes, e.g. the output of `openssl rand -hex 32`)"
         )
 
 

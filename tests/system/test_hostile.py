@@ -40,7 +40,7 @@ from tests.system.harness import (
 pytestmark = [pytest.mark.system, pytest.mark.db]
 
 APP = "hostile:queue"
-TOKEN = "hostile-test-token"
+TOKEN = "hostile-test-token-0123456789abcdef"
 SECRET = "Wr-Zq9-s3cret-pw"
 
 

@@ -26,6 +26,7 @@ from brooq.config import (
 )
 
 SECRET = "hunter2-s3cret"
+TOKEN = "hunter2-s3cret-token-0123456789abcdef"
 DSN = f"postgresql://app:{SECRET}@db.internal:5432/app"
 
 
@@ -337,14 +338,14 @@ def test_valid_dsn_forms(dsn: str) -> None:
 
 
 def test_secrets_never_in_repr_env_or_toml_output() -> None:
-    s = load({"DATABASE_URL": DSN, "BROOQ_TOKEN": SECRET})
+    s = load({"DATABASE_URL": DSN, "BROOQ_TOKEN": TOKEN})
     for text in (
         repr(s),
         settings_to_env(s),
         settings_to_toml(s),
         redact_dsn(s.database_url or ""),
     ):
-        assert SECRET not in text
+        assert SECRET not in text and TOKEN not in text
     assert "DATABASE_URL=postgresql://app:***@db.internal:5432/app\n" in settings_to_env(s)
     assert "BROOQ_TOKEN=***\n" in settings_to_env(s)
     assert 'brooq_token = "***"' in settings_to_toml(s)
@@ -373,10 +374,10 @@ def test_redact_dsn(dsn: str, shown: str) -> None:
 
 def test_credentials_directory(tmp_path: Path) -> None:
     write(tmp_path / "database-url", DSN + "\n")
-    write(tmp_path / "brooq-token", SECRET + "\n")
+    write(tmp_path / "brooq-token", TOKEN + "\n")
     env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "DATABASE_URL": "postgresql://other/db"}
     s = load(env)
-    assert s.database_url == DSN and s.token == SECRET
+    assert s.database_url == DSN and s.token == TOKEN
     assert s.sources["DATABASE_URL"] == "credentials"
     assert load(env, overrides={"DATABASE_URL": "postgresql://cli/db"}).database_url == (
         "postgresql://cli/db"
@@ -547,3 +548,19 @@ def test_coerce_duration(value: timedelta | int | float | str, td: timedelta) ->
 def test_coerce_duration_rejects_naming_the_option(value: object) -> None:
     with pytest.raises(ValueError, match=r"^attempt_timeout: "):
         coerce_duration(value, name="attempt_timeout")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("hunter2-s3cret", "14 bytes is too short for a secret: use at least 32 bytes"),
+        ("é" * 15, "30 bytes is too short"),  # bytes, not characters
+        ("x" * 64, "one character repeated is no secret"),
+    ],
+)
+def test_a_weak_token_is_refused_for_every_command(token: str, why: str) -> None:
+    # Issue 22, item 8: 32 bytes on loopback too, not only with HTTP_ALLOW_REMOTE.
+    (line,) = problems({"BROOQ_TOKEN": token})
+    assert line.startswith("BROOQ_TOKEN: " + why) and "openssl rand -hex 32" in line
+    assert token not in line
+    assert load({"BROOQ_TOKEN": TOKEN}).token == TOKEN

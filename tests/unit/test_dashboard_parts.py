@@ -14,7 +14,7 @@ from brooq.surface.dashboard.render import chart, environment, page
 from brooq.surface.wire import Request
 from brooq.vocabulary import InvalidInput, State
 
-TOKEN = "s3cret-token-of-the-operator"
+TOKEN = "s3cret-token-of-the-operator-0123456789"
 
 
 def request(headers: list[tuple[str, str]] | None = None) -> Request:

@@ -27,16 +27,17 @@ class SurfaceKeys(KeyTable):
         "HTTP_ALLOW_REMOTE",
         v.BOOL,
         "false",
-        "Allow a non-loopback HTTP_ADDR (BROOQ_TOKEN of at least 32 bytes then required).",
+        "Allow a non-loopback HTTP_ADDR (BROOQ_TOKEN then required; every page needs the login).",
         section="surface",
         commands=(SUPERVISE, DASHBOARD),
     )
     token: Key[str | None] = Key(
         "BROOQ_TOKEN",
-        v.TEXT,
+        v.TOKEN,
         None,
-        "Bearer token of the job endpoints and dashboard actions (secret). Unset: those "
-        "endpoints are off and the dashboard is read-only; /metrics and /healthz never need it.",
+        "Bearer token of the job endpoints and the dashboard's login (secret; at least 32 bytes, "
+        "e.g. `openssl rand -hex 32`). Unset: those endpoints are off and the dashboard is "
+        "read-only; /metrics and /healthz never need it.",
         section="secrets",
         secret=True,
     )
