@@ -34,6 +34,7 @@ _SIZE_BY_LOWER = {unit.lower(): factor for unit, factor in _SIZE_UNITS.items()}
 _ADDR = re.compile(r"(\[[^\[\]\s]+\]|[^:\[\]\s]+):([0-9]{1,5})")
 _BOOLS = {"true": True, "1": True, "yes": True, "on": True,
           "false": False, "0": False, "no": False, "off": False}  # fmt: skip
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*|[0-9a-f:.]+")
 _WEIGHTED = re.compile(r"\s*([^=,\s]+)\s*=\s*([0-9]+)\s*")
 MAX_INT = 2**31 - 1  # PostgreSQL integer columns and LIMITs take no more
 MIN_TOKEN_BYTES = 32
@@ -237,6 +238,17 @@ def _parse_topics(text: str, example: str) -> tuple[str, ...]:
     return topics
 
 
+def _parse_hosts(text: str, example: str) -> tuple[str, ...]:
+    names = tuple(n.strip().lower().rstrip(".") for n in text.split(",") if n.strip())
+    for name in names:
+        if not _HOST_NAME.fullmatch(name):
+            raise ValueError(
+                f'"{name[:60]}" is not a host name; write names without port or scheme, '
+                f"e.g. {example}"
+            )
+    return names
+
+
 BOOL = Kind(_parse_bool, lambda b: "true" if b else "false", native_toml=True,
             metavar="{true,false}")  # fmt: skip
 ADDR = Kind(_parse_addr, metavar="HOST:PORT")
@@ -245,3 +257,4 @@ TEXT = Kind(_parse_text)
 TOKEN = Kind(_parse_token)
 WORKERS = Kind(_parse_workers, native_toml=True, metavar="N|TOPIC=N,...")
 TOPICS = Kind(_parse_topics, ",".join, metavar="TOPIC,...")
+HOSTS = Kind(_parse_hosts, ",".join, metavar="NAME,...")

@@ -50,8 +50,9 @@ class Surface:
             health=board,
             token=settings.token,
             allow_remote=settings.http_allow_remote,
+            allowed_hosts=settings.http_allowed_hosts or (),
             collectors=[prom.WorkersCollector(lambda: workers_snapshot(sup), topics)],
-            more_routes=Dashboard(ports, settings.token).routes,
+            more_routes=Dashboard(ports, settings.token, remote=settings.http_allow_remote).routes,
         )
         surface = cls(service, board)
         surface.ports = ports

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+from collections.abc import Sequence
 
 from brooq.config import values
 from brooq.surface.wire import Request, Response
@@ -61,6 +62,66 @@ def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
             f"HTTP_ADDR host {host!r} is not loopback: set BROOQ_TOKEN first (at least "
             f"{MIN_TOKEN_BYTES} bytes, e.g. the output of `openssl rand -hex 32`)"
         )
+
+
+class HostGuard:
+    """Which ``Host`` headers the surface answers: its own address and the names configured.
+
+    DNS rebinding: a page of another site resolves its own name to this
+    address, and the browser then reads (and, with a session, acts on)
+    what the surface serves, sending that other name as ``Host``. The
+    address itself (an IP literal), ``localhost`` for a loopback address,
+    any IP literal for a wildcard address (0.0.0.0, ::), and the names of
+    HTTP_ALLOWED_HOSTS pass; any other name does not. A request without
+    ``Host`` (HTTP/1.0 tools; no browser omits it) passes too.
+    """
+
+    def __init__(self, bound_host: str, names: Sequence[str] = ()) -> None:
+        self.bound = bound_host.strip("[]").lower()
+        self.names = {name.strip().rstrip(".").lower() for name in names if name.strip()}
+        self.wildcard = self.bound in ("", "0.0.0.0", "::")
+
+    def allows(self, request: Request) -> bool:
+        """True when ``request`` names this server in its ``Host`` header (or names nothing)."""
+        values = request.header_values("host")
+        if not values:
+            return True
+        if len(values) > 1:
+            return False
+        host = _host_name(values[0])
+        if host is None:
+            return False
+        if host in self.names or host == self.bound:
+            return True
+        if host == "localhost" or self.bound == "localhost":
+            return is_loopback(host) and is_loopback(self.bound)
+        try:
+            given = ipaddress.ip_address(host)
+        except ValueError:
+            return False  # a name nobody configured: the rebinding case
+        return self.wildcard or _same_ip(given, self.bound)
+
+
+def _host_name(header: str) -> str | None:
+    """The host of a ``Host`` header without its port, lower case; None when malformed."""
+    text = header.strip().lower()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return None
+        return host
+    host, _, port = text.partition(":")
+    if port and not port.isdigit():
+        return None
+    host = host.rstrip(".")
+    return host if host and all(c.isalnum() or c in "-._" for c in host) else None
+
+
+def _same_ip(given: ipaddress.IPv4Address | ipaddress.IPv6Address, bound: str) -> bool:
+    try:
+        return given == ipaddress.ip_address(bound)
+    except ValueError:
+        return False
 
 
 def _digest(text: str) -> bytes:

@@ -31,6 +31,18 @@ class SurfaceKeys(KeyTable):
         section="surface",
         commands=(SUPERVISE, DASHBOARD),
     )
+    http_allowed_hosts: Key[tuple[str, ...] | None] = Key(
+        "HTTP_ALLOWED_HOSTS",
+        v.HOSTS,
+        None,
+        "Names the surface may be reached by besides its address (the name of a proxy in "
+        "front of it, or of this host): a request whose Host header names anything else is "
+        "answered 421 (DNS rebinding), but /healthz and /metrics. Empty: the address alone "
+        "(and localhost for a loopback address, any IP for 0.0.0.0 or ::).",
+        section="surface",
+        example="brooq.internal,worker-1.example.com",
+        commands=(SUPERVISE, DASHBOARD),
+    )
     token: Key[str | None] = Key(
         "BROOQ_TOKEN",
         v.TOKEN,

@@ -11,11 +11,12 @@ on ports of their own (never the supervisor loop's connections).
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from functools import cache
 from importlib.resources import files
 
-from brooq.surface.dashboard.access import Access
+from brooq.surface.dashboard.access import Access, Verdict
 from brooq.surface.dashboard.actions import Actions
 from brooq.surface.dashboard.forms import HTML, redirect
 from brooq.surface.dashboard.pages import DashboardPorts, Pages
@@ -46,10 +47,16 @@ __all__ = ["Dashboard", "DashboardPorts"]
 
 
 class Dashboard:
-    """The dashboard's routes over a pool of ports and one token (None: read-only)."""
+    """The dashboard's routes over a pool of ports and one token (None: read-only).
 
-    def __init__(self, ports: PortPool, token: str | None, where: str = "supervisor") -> None:
-        self.ports, self.access, self.where = ports, Access(token or None), where
+    With a token every page needs a session (see brooq.surface.dashboard.access);
+    ``remote`` (HTTP_ALLOW_REMOTE) makes every session cookie Secure.
+    """
+
+    def __init__(
+        self, ports: PortPool, token: str | None, where: str = "supervisor", remote: bool = False
+    ) -> None:
+        self.ports, self.access, self.where = ports, Access(token, remote), where
         self.screen = Screen(self.access, where)
         self.pages = Pages(self.screen)
         self.actions = Actions(self.screen)
@@ -77,12 +84,20 @@ class Dashboard:
         """``handler`` on ports lent for the request; 503 at once when none is free."""
 
         def serve(request: Request) -> Response:
+            if self.access.verdict(request) is Verdict.ANONYMOUS:
+                return self._login_first(request)
             with self.ports.lease() as ports:
                 if ports is None:
                     return self._busy(request)
                 return handler(request, ports)
 
         return self._page(serve)
+
+    def _login_first(self, request: Request) -> Response:
+        """With a token configured, every page needs a session: a reader goes to the login."""
+        if request.method in ("GET", "HEAD"):
+            return redirect("/ui/login", "log in with the token to see the dashboard")
+        return self.screen.message(request, 401, "Action refused", "log in with the token first")
 
     def _busy(self, request: Request) -> Response:
         log.debug("dashboard page shed", extra={"event": "HttpShed", "path": request.path})
@@ -118,7 +133,7 @@ class Dashboard:
         return serve
 
     def login(self, request: Request) -> Response:
-        """The token login: a form, and on POST the session cookie."""
+        """The token login: a form, and on POST a new session and its cookie."""
         if request.method == "GET":
             return self.screen.render(request, "login.html", error=None)
         if not self.access.token:
@@ -128,17 +143,24 @@ class Dashboard:
                 "Read-only",
                 "no BROOQ_TOKEN is configured: there is nothing to log in to",
             )
-        given = (request.form().get("token") or [""])[0]
-        if not self.access.login_ok(given):
-            return self.screen.render(request, "login.html", 401, error="wrong token")
+        answer = self.access.login(request, (request.form().get("token") or [""])[0])
+        if answer.cookie is None:
+            response = self.screen.render(request, "login.html", answer.status, error=answer.why)
+            if answer.retry_after_s:
+                response.headers.append(("Retry-After", str(math.ceil(answer.retry_after_s))))
+            return response
         response = redirect("/ui", "logged in: actions are enabled")
-        response.headers.append(("Set-Cookie", self.access.set_cookie()))
+        response.headers.append(("Set-Cookie", answer.cookie))
         return response
 
     def logout(self, request: Request) -> Response:
-        """Forget the session cookie."""
-        response = redirect("/ui", "logged out")
-        response.headers.append(("Set-Cookie", Access.clear_cookie()))
+        """End the session (the form's CSRF token needed) and forget its cookie."""
+        refused = self.access.logout(request, request.form())
+        if refused is not None:
+            status, why = refused
+            return self.screen.message(request, status, "Logout refused", why)
+        response = redirect("/ui/login", "logged out")
+        response.headers.append(("Set-Cookie", self.access.clear_cookie(request)))
         return response
 
 
