@@ -7,7 +7,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 from brooq.engine.admin import PURGEABLE, RETRYABLE, Admin
-from brooq.engine.inspection import Inspection, SupervisorRow
+from brooq.engine.inspection import Inspection, SkippedRow, SupervisorRow
 from brooq.surface.dashboard.forms import filter_pairs, form_values, query_filter
 from brooq.surface.dashboard.render import Screen, chart
 from brooq.surface.wire import Request, Response
@@ -37,7 +37,7 @@ class Pages:
         depth = inspection.depth()
         ready = inspection.oldest_ready()
         minutes = inspection.throughput(CHART_WINDOW)
-        supervisors = _live(inspection)
+        supervisors, skipped = _live(inspection)
         counts: dict[str, dict[str, int]] = {}
         for row in depth:
             counts.setdefault(row.topic, dict.fromkeys(STATES, 0))[row.state] = row.jobs
@@ -55,6 +55,7 @@ class Pages:
             ready=ready,
             unserved=unserved,
             supervisors=supervisors,
+            skipped=skipped,
             chart=chart(minutes),
         )
 
@@ -112,8 +113,10 @@ def _topics(ports: DashboardPorts) -> list[str]:
         return []
 
 
-def _live(inspection: Inspection) -> list[SupervisorRow] | None:
+def _live(inspection: Inspection) -> tuple[list[SupervisorRow] | None, list[SkippedRow]]:
+    """The live supervisors (None: no such table), and the rows that could not be read."""
     try:
-        return [row for row in inspection.supervisors() if row.alive]
+        found = inspection.supervisor_rows()
     except SchemaMissing:
-        return None
+        return None, []
+    return [row for row in found.rows if row.alive], found.skipped
