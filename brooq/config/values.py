@@ -111,14 +111,19 @@ class Kind(Generic[T]):
     metavar: str = "VALUE"
 
 
-def duration(*, zero_ok: bool) -> Kind[timedelta]:
-    """A duration with units, positive (or zero when ``zero_ok``), at most MAX_DURATION."""
+def duration(*, zero_ok: bool, at_least: timedelta | None = None, why: str = "") -> Kind[timedelta]:
+    """A duration with units, positive (or zero when ``zero_ok``), at most MAX_DURATION, and
+    at least ``at_least`` unless zero (``why`` says what a shorter one would break)."""
 
     def parse(text: str, example: str) -> timedelta:
         value = parse_duration(text)
         if value < _ZERO or (value == _ZERO and not zero_ok):
             rule = "must not be negative" if zero_ok else "must be greater than 0"
             raise ValueError(f'{rule} (got "{text}"); write e.g. {example}')
+        if at_least is not None and _ZERO < value < at_least:
+            raise ValueError(
+                f'"{text}" is shorter than {format_duration(at_least)}{why}; write e.g. {example}'
+            )
         if value > MAX_DURATION:
             raise ValueError(
                 f'"{text}" is longer than {format_duration(MAX_DURATION)} (365 days); '
@@ -129,15 +134,18 @@ def duration(*, zero_ok: bool) -> Kind[timedelta]:
     return Kind(parse, format_duration, metavar="DURATION")
 
 
-def size(*, zero_ok: bool) -> Kind[int]:
-    """A size with units (bytes), positive unless ``zero_ok``."""
+def size(*, zero_ok: bool, at_most: int = 2**50, why: str = "") -> Kind[int]:
+    """A size with units (bytes), positive unless ``zero_ok``, at most ``at_most`` (``why``
+    says what a larger one would break)."""
 
     def parse(text: str, example: str) -> int:
         value = parse_size(text)
         if value == 0 and not zero_ok:
             raise ValueError(f"must be greater than 0; write e.g. {example}")
-        if value > 2**50:
-            raise ValueError(f'"{text}" is larger than 1PiB; write e.g. {example}')
+        if value > at_most:
+            raise ValueError(
+                f'"{text}" is larger than {format_size(at_most)}{why}; write e.g. {example}'
+            )
         return value
 
     return Kind(parse, format_size, metavar="SIZE")

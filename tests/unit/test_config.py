@@ -24,6 +24,7 @@ from brooq.config import (
     settings_to_env,
     settings_to_toml,
 )
+from brooq.vocabulary import InvalidKindOptions, KindOptions
 
 SECRET = "hunter2-s3cret"
 TOKEN = "hunter2-s3cret-token-0123456789abcdef"
@@ -564,3 +565,44 @@ def test_a_weak_token_is_refused_for_every_command(token: str, why: str) -> None
     assert line.startswith("BROOQ_TOKEN: " + why) and "openssl rand -hex 32" in line
     assert token not in line
     assert load({"BROOQ_TOKEN": TOKEN}).token == TOKEN
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "why"),
+    [
+        ("QUEUE_LEASE", "1ms", '"1ms" is shorter than 1s: a lease runs out before its heartbeat'),
+        ("QUEUE_LEASE", "999ms", '"999ms" is shorter than 1s'),
+        ("QUEUE_REAPER_PERIOD", "1ms", '"1ms" is shorter than 1s: every supervisor would run'),
+        (
+            "QUEUE_MAX_PAYLOAD_BYTES",
+            "100TiB",
+            '"100TiB" is larger than 16MiB, the most a job can carry to its worker',
+        ),
+        ("QUEUE_MAX_PAYLOAD_BYTES", "17MiB", '"17MiB" is larger than 16MiB'),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_with_their_bound(
+    key: str, text: str, why: str
+) -> None:
+    # Issue 22, item 18: each was accepted, and --lease 1ms claimed one job twice.
+    (line,) = problems({key: text})
+    assert line.startswith(f"{key}: {why}") and "write e.g." in line
+    (flag,) = problems(overrides={key: text})  # --lease 1ms: the same check
+    assert flag == line
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    s = load({"QUEUE_LEASE": "1s", "QUEUE_REAPER_PERIOD": "1s", "QUEUE_MAX_PAYLOAD_BYTES": "16MiB"})
+    assert (s.lease, s.reaper_period) == (timedelta(seconds=1), timedelta(seconds=1))
+    assert s.max_payload_bytes == 16 * 1024 * 1024
+
+
+def test_a_kind_refuses_attempts_the_setting_refuses() -> None:
+    with pytest.raises(InvalidKindOptions, match=r"max_attempts: must be at most 1,000,000"):
+        KindOptions(max_attempts=10**12)
+    with pytest.raises(InvalidKindOptions, match=r"max_running: must be at most 2,147,483,647"):
+        KindOptions(max_running=2**31)
+    assert KindOptions(max_attempts=1_000_000).max_attempts == 1_000_000
+    assert problems({"QUEUE_MAX_ATTEMPTS": "1000001"})[0].startswith(
+        "QUEUE_MAX_ATTEMPTS: must be at most 1000000"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from brooq.config import values as v
 from brooq.config.settings.key import Key, KeyTable
+from brooq.vocabulary.payload import MAX_PAYLOAD_BYTES_LIMIT
 
 
 class EnqueueKeys(KeyTable):
@@ -11,9 +12,13 @@ class EnqueueKeys(KeyTable):
 
     max_payload_bytes: Key[int] = Key(
         "QUEUE_MAX_PAYLOAD_BYTES",
-        v.size(zero_ok=False),
+        v.size(
+            zero_ok=False,
+            at_most=MAX_PAYLOAD_BYTES_LIMIT,
+            why=", the most a job can carry to its worker",
+        ),
         "1MiB",
-        "Largest accepted payload (encoded JSON).",
+        "Largest accepted payload (encoded JSON; at most 16MiB).",
         section="enqueue",
     )
     notify: Key[bool] = Key(

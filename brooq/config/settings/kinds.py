@@ -7,6 +7,7 @@ from typing import TypedDict
 
 from brooq.config import values as v
 from brooq.config.settings.key import Key, KeyTable
+from brooq.vocabulary.options import MAX_ATTEMPTS
 
 
 class KindDefaults(TypedDict):
@@ -52,7 +53,7 @@ class KindKeys(KeyTable):
     )
     max_attempts: Key[int] = Key(
         "QUEUE_MAX_ATTEMPTS",
-        v.integer(1, 1_000_000),
+        v.integer(1, MAX_ATTEMPTS),
         "5",
         "Charged attempts (lease expiries do not count) before a failing job goes dead.",
         section="kinds",

@@ -23,9 +23,13 @@ class MaintenanceKeys(KeyTable):
 
     reaper_period: Key[timedelta] = Key(
         "QUEUE_REAPER_PERIOD",
-        v.duration(zero_ok=False),
+        v.duration(
+            zero_ok=False,
+            at_least=timedelta(seconds=1),
+            why=": every supervisor would run the reaper's UPDATE that often",
+        ),
         None,
-        "How often expired leases go back to pending. Empty: max(5s, lease/4).",
+        "How often expired leases go back to pending (at least 1s). Empty: max(5s, lease/4).",
         section="maintenance",
         example="30s, or leave it unset for max(5s, lease/4)",
         computed=_reaper_period,

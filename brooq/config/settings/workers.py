@@ -7,6 +7,8 @@ from datetime import timedelta
 from brooq.config import values as v
 from brooq.config.settings.key import SUPERVISE, WORK, Key, KeyTable
 
+MIN_LEASE = timedelta(seconds=1)
+
 
 class WorkerKeys(KeyTable):
     """QUEUE_WORKERS, QUEUE_TOPICS, the lease and poll interval, and the worker lifecycle."""
@@ -39,10 +41,15 @@ class WorkerKeys(KeyTable):
     )
     lease: Key[timedelta] = Key(
         "QUEUE_LEASE",
-        v.duration(zero_ok=False),
+        v.duration(
+            zero_ok=False,
+            at_least=MIN_LEASE,
+            why=": a lease runs out before its heartbeat (every lease/3) can extend it, "
+            "and the job is claimed again while it runs",
+        ),
         "2m",
         "Lease of a claimed job, extended every lease/3 while it runs; how long a job of a "
-        "dead host waits before the reaper returns it.",
+        "dead host waits before the reaper returns it (at least 1s).",
         section="workers",
         commands=(WORK, SUPERVISE),
     )
