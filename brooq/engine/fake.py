@@ -49,17 +49,35 @@ class Executed:
 
 @dataclass
 class FakeCursor:
-    """What ``RecordingConnection.execute`` returns: no rows, like a write."""
+    """What ``RecordingConnection.execute`` returns: a write's cursor, with no rows to read.
+
+    Reading it raises NeedsDatabase naming ``hook``: the fake runs no SQL, and
+    ``None`` or ``[]`` would be a row PostgreSQL never returned.
+    """
 
     rowcount: int = 0
+    hook: str = "a settle hook"
 
-    def fetchone(self) -> None:
-        """No row: the fake runs no SQL."""
-        return None
+    def _refuse(self) -> NeedsDatabase:
+        return NeedsDatabase(
+            f"{self.hook} reads what its statement returned; the in-memory store runs no "
+            "SQL and has no rows to give: test this hook against PostgreSQL (brooq.Queue(dsn))"
+        )
+
+    def fetchone(self) -> Any:
+        """Refused: NeedsDatabase."""
+        raise self._refuse()
 
     def fetchall(self) -> list[Any]:
-        """No rows: the fake runs no SQL."""
-        return []
+        """Refused: NeedsDatabase."""
+        raise self._refuse()
+
+    def fetchmany(self, size: int = 0) -> list[Any]:
+        """Refused: NeedsDatabase."""
+        raise self._refuse()
+
+    def __iter__(self) -> Any:
+        raise self._refuse()
 
 
 @dataclass
@@ -73,11 +91,13 @@ class RecordingConnection:
     """
 
     executed: list[Executed] = field(default_factory=list)
+    hook: str = "a settle hook"
+    """The hook running now, named when it tries to read (see FakeCursor)."""
 
     def execute(self, sql: str, params: Any = None) -> FakeCursor:
         """Record ``sql`` with ``params``."""
         self.executed.append(Executed(sql, params))
-        return FakeCursor()
+        return FakeCursor(hook=self.hook)
 
 
 class InMemoryStore:
@@ -270,12 +290,13 @@ class InMemoryStore:
             for job in chain:
                 self._enqueue_one(job)
             for hook in hooks:
+                conn.hook = f"settle hook {getattr(hook, '__qualname__', None) or repr(hook)}"
                 hook(conn)
         except BaseException as exc:
             # Like the real transaction: any exception rolls back what the hooks wrote.
             self.rows = saved
-            if not isinstance(exc, Exception):
-                raise
+            if isinstance(exc, NeedsDatabase) or not isinstance(exc, Exception):
+                raise  # the test, not the job, is at fault: fail it loudly
             raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
         self.executed.extend(conn.executed)
 
