@@ -4,24 +4,29 @@ Every line is safe whatever a handler raised: each text is bounded (a 10 MB
 exception message makes a bounded line), lone surrogates are escaped, line
 and paragraph separators (U+2028, U+2029, U+0085) are escaped like newlines,
 and DSN passwords are hidden (any URL or ``password=`` pair, and the
-passwords given to :func:`hide_secrets`).
+passwords given to :func:`hide_secrets`). Writing never blocks the caller: a
+:class:`LineBuffer` drops (and counts) lines when the sink stalls.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import select
 import sys
+import threading
 import time
+from collections import deque
 from datetime import timedelta
-from typing import Any
+from typing import Any, TextIO
 
 from brooq.engine.outcome import bounded, safe_text
 from brooq.engine.runner import Attempted
 from brooq.engine.store import Claimed
 from brooq.vocabulary import KindOptions, format_duration
-from brooq.vocabulary.secrets import REDACTED, scrub
+from brooq.vocabulary.secrets import hide_everywhere, known_secrets, scrub
 
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 FIELD_MAX_CHARS = 4000
@@ -30,31 +35,20 @@ EXC_MAX_CHARS = 16_000
 """The longest traceback in a log line (its end is kept: the innermost frames)."""
 # JSON leaves these raw with ensure_ascii=False, yet many readers break lines at them.
 _SEPARATORS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"}
-_secrets: list[str] = []
-BARE_SECRET_MIN = 8
-"""The shortest secret hidden wherever it appears in a log line (not only in a DSN)."""
 
 
 def hide_secrets(secrets: list[str]) -> None:
-    """Hide each of ``secrets`` (say the DSN's password) wherever it shows up in a log line."""
-    # Longest first: a secret inside another is replaced after it. Only secrets of
-    # BARE_SECRET_MIN characters or more are hidden wherever they appear: a short
-    # password ("brooq") is also a word, a path, a user name, and hiding it would
-    # garble every line. In a DSN or `password=` scrub() hides any password.
-    _secrets[:] = sorted(
-        {s for s in _secrets + secrets if len(s) >= BARE_SECRET_MIN}, key=len, reverse=True
-    )
+    """Hide each of ``secrets`` (the DSN's password, the token) in every log line, and in
+    every error text brooq stores (see brooq.vocabulary.secrets.scrub)."""
+    hide_everywhere(secrets)
 
 
 def clean_text(text: str, limit: int = FIELD_MAX_CHARS) -> str:
     """``text`` bounded, with lone surrogates escaped and passwords hidden."""
     text = safe_text(bounded(text, limit))
     # The patterns only where they can match: most fields are ids and names (hot path).
-    if "://" in text or "password" in text.lower():
+    if "://" in text or "password" in text.lower() or any(s in text for s in known_secrets()):
         text = scrub(text)
-    for secret in _secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
     return text
 
 
@@ -127,15 +121,189 @@ class JsonFormatter(logging.Formatter):
         return _one_line(json.dumps(out, default=lambda v: clean_text(str(v)), ensure_ascii=False))
 
 
+BUFFER_BYTES = 4 * 1024 * 1024
+"""Log text a process holds for a sink that does not take it (say stderr on a pipe nobody
+reads) before it drops lines; the dropped lines are counted and the count logged."""
+FLUSH_S = 2.0
+"""At exit, how long the lines still held may take to reach the sink."""
+
+
+class LineBuffer(logging.Handler):
+    """Formats each record in the caller's thread and hands the line to a writer thread, so
+    that a sink that stalls never blocks the caller (the supervisor's loop above all).
+
+    At most ``max_bytes`` of lines wait; past that, lines are dropped and
+    counted, and once the sink takes lines again an event ``LogLinesDropped``
+    says how many were lost. The writer uses the stream's file descriptor,
+    never the stream object, so a forked child never inherits the stream's
+    lock held by the writer. The writer thread is the parent's alone: in a
+    forked child (a worker, which leaves through ``os._exit`` with nothing
+    flushed) a line is written at once when the sink can take it now, and
+    dropped and counted the same way when it cannot. A stream without a
+    descriptor (a test's capture) is written directly.
+    """
+
+    def __init__(self, stream: TextIO, max_bytes: int = BUFFER_BYTES) -> None:
+        super().__init__()
+        self.stream, self.max_bytes = stream, max_bytes
+        self.fd = _fileno(stream)
+        self.dropped = 0
+        """Lines dropped since this handler was made."""
+        self._unreported = 0
+        self._lines: deque[bytes] = deque()
+        self._held = 0
+        self._writing = False
+        self._closed = False
+        self._cond = threading.Condition(threading.Lock())
+        self._owner = self._child = os.getpid()
+        self._writer: threading.Thread | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Queue the record's line (or drop and count it when the buffer is full)."""
+        try:
+            line = (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+        except Exception:
+            self.handleError(record)
+            return
+        if self.fd is None or self._closed:
+            self._write_now(line)
+            return
+        if os.getpid() != self._owner:
+            self._write_if_ready(line)
+            return
+        with self._cond:
+            if self._held + len(line) > self.max_bytes:
+                self.dropped += 1
+                self._unreported += 1
+                return
+            self._lines.append(line)
+            self._held += len(line)
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_lines, name="brooq-log-writer", daemon=True
+                )
+                self._writer.start()
+            self._cond.notify()
+
+    def _write_now(self, line: bytes) -> None:
+        try:
+            if self.fd is None:
+                self.stream.write(line.decode("utf-8"))
+                self.stream.flush()
+            else:
+                _write_all(self.fd, line)
+        except (OSError, ValueError):
+            pass  # the sink is gone (a closed pipe): nothing else to tell it
+
+    def _write_if_ready(self, line: bytes) -> None:
+        """In a forked child: write ``line`` if the sink takes it now, else drop and count it."""
+        if self._child != os.getpid():  # counts inherited from the parent are not ours
+            self._child, self.dropped, self._unreported = os.getpid(), 0, 0
+        assert self.fd is not None
+        try:
+            _, ready, _ = select.select([], [self.fd], [], 0)
+            if ready and self._unreported:
+                _write_all(self.fd, self._dropped_line(self._unreported))
+                self._unreported = 0
+            if ready:
+                _write_all(self.fd, line)
+                return
+        except (OSError, ValueError):
+            pass
+        self.dropped += 1
+        self._unreported += 1
+
+    def _write_lines(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._lines or self._closed)
+                if not self._lines:
+                    return
+                batch = b"".join(self._lines)
+                count = len(self._lines)
+                self._lines.clear()
+                self._held, self._writing = 0, True
+            written = self._write_batch(batch)
+            with self._cond:
+                unreported = 0
+                if written:
+                    unreported, self._unreported = self._unreported, 0
+                else:
+                    self.dropped += count
+                    self._unreported += count
+            if unreported:
+                self._write_batch(self._dropped_line(unreported))
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
+
+    def _write_batch(self, data: bytes) -> bool:
+        assert self.fd is not None
+        try:
+            _write_all(self.fd, data)
+        except OSError:
+            return False
+        return True
+
+    def _dropped_line(self, count: int) -> bytes:
+        record = logging.makeLogRecord(
+            {
+                "name": "brooq.logs",
+                "levelno": logging.WARNING,
+                "levelname": "WARNING",
+                "msg": "LogLinesDropped",
+                "event": "LogLinesDropped",
+                "dropped": count,
+                "dropped_total": self.dropped,
+                "note": "the log's sink did not take lines in time; these were not written",
+            }
+        )
+        return (self.format(record) + "\n").encode("utf-8", "backslashreplace")
+
+    def flush(self) -> None:
+        """Wait (at most FLUSH_S) until every held line has been written."""
+        if self._writer is None or os.getpid() != self._owner:
+            return
+        with self._cond:
+            self._cond.wait_for(lambda: not self._lines and not self._writing, FLUSH_S)
+
+    def close(self) -> None:
+        """Write what is held (bounded by FLUSH_S), then stop the writer."""
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        super().close()
+
+
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None  # io.UnsupportedOperation is an OSError and a ValueError
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd``, waiting when it is non-blocking and full."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            select.select([], [fd], [], 1.0)
+
+
 def setup_logging(fmt: str = "kv", level: str = "info") -> None:
-    """Send brooq's logs to stderr in ``fmt`` (kv or json) at ``level``."""
+    """Send brooq's logs to stderr in ``fmt`` (kv or json) at ``level``, through a LineBuffer."""
     # Two lines per job: spare each record what no brooq formatter prints (the
     # logging HOWTO's "Optimization"): the caller's frame, thread and process names.
     logging._srcfile = None
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    handler = logging.StreamHandler(sys.stderr)
+    handler = LineBuffer(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
     root = logging.getLogger()
+    for old in root.handlers:
+        old.close()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
 

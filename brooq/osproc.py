@@ -8,6 +8,7 @@ import ctypes
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 from setproctitle import setproctitle
@@ -70,13 +71,13 @@ def reap_any() -> tuple[int, int] | None:
     return pid, status
 
 
-def children_of(ppid: int) -> list[int]:
-    """The pids whose parent is ``ppid`` (Linux /proc; empty where unavailable)."""
-    found = []
+def _parents() -> dict[int, tuple[int, str]]:
+    """pid → (parent pid, state letter) of every process (Linux /proc; empty elsewhere)."""
+    found: dict[int, tuple[int, str]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return []
+        return found
     for entry in entries:
         if not entry.isdigit():
             continue
@@ -85,8 +86,8 @@ def children_of(ppid: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue
-        if int(stat[stat.rindex(")") + 2 :].split()[1]) == ppid:
-            found.append(int(entry))
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry)] = (int(fields[1]), fields[0])
     return found
 
 
@@ -102,16 +103,68 @@ def kill_tree(pid: int) -> bool:
     return True
 
 
-def kill_children() -> list[int]:
-    """SIGKILL every child of this process (and the groups they lead); the pids killed."""
-    return [pid for pid in children_of(os.getpid()) if kill_tree(pid)]
-
-
 def drain(fd: int) -> None:
     """Read a non-blocking pipe empty (a self-pipe that only wakes a loop)."""
     with contextlib.suppress(BlockingIOError):
         while os.read(fd, 4096):
             pass
+
+
+def children_of(ppid: int) -> list[int]:
+    """The pids whose parent is ``ppid`` (Linux /proc; empty where unavailable)."""
+    return [pid for pid, (parent, _) in _parents().items() if parent == ppid]
+
+
+def descendants_of(root: int) -> list[int]:
+    """Every live (not zombie) process below ``root``: children, theirs, and so on."""
+    below: dict[int, list[int]] = {}
+    live = set()
+    for pid, (parent, state) in _parents().items():
+        below.setdefault(parent, []).append(pid)
+        if state not in ("Z", "X"):
+            live.add(pid)
+    found, todo = [], list(below.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid in live:
+            found.append(pid)
+        todo += below.get(pid, [])
+    return found
+
+
+KILL_ALL_S = 2.0
+"""How long :func:`kill_children` keeps killing what keeps appearing (a fork loop)."""
+
+
+def kill_children(timeout: float = KILL_ALL_S) -> list[int]:
+    """SIGKILL every process below this one, and the process groups they lead; the pids killed.
+
+    Not one pass: a process that escaped its group twice (``setsid`` in a
+    child of a ``setsid`` child) is not a child of ours until its parent dies,
+    and something may fork meanwhile. So every descendant is killed, what
+    ended is reaped (a subreaper inherits the orphans of what it reaps), and
+    again, until nothing is left below this process or ``timeout`` passes.
+    """
+    deadline = time.monotonic() + timeout
+    killed: list[int] = []
+    while True:
+        left = descendants_of(os.getpid())
+        killed += [pid for pid in left if kill_tree(pid)]
+        _reap_ended()
+        if not left or time.monotonic() >= deadline:
+            return killed
+        time.sleep(0.005)
+
+
+def _reap_ended() -> None:
+    """Collect every child that has ended (so that its own orphans become ours)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
 
 
 def pid_alive(pid: int) -> bool:

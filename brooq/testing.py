@@ -4,8 +4,10 @@
 ``queue.drain()`` without a database. Settle hooks (``claim.on_succeeded``)
 get a :class:`RecordingConnection`: its ``execute(sql, params)`` runs nothing
 and records the statement, which ``store.executed`` lists once the settle
-commits. ``enqueue(conn=...)`` and ``enqueue_async`` need a real database and
-raise :class:`brooq.NeedsDatabase` here.
+commits; reading the rows a statement returned raises
+:class:`brooq.NeedsDatabase` (naming the hook), out of ``queue.drain()``.
+``enqueue(conn=...)`` and ``enqueue_async`` need a real database and raise
+:class:`brooq.NeedsDatabase` here.
 """
 
 from brooq.engine.fake import Executed, InMemoryStore, RecordingConnection

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import http.client
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlencode
@@ -59,10 +59,16 @@ class Served:
 
 
 @contextmanager
-def serve_dashboard(dsn: str, token: str | None) -> Iterator[Served]:
+def serve_dashboard(
+    dsn: str, token: str | None, allowed_hosts: Sequence[str] = ()
+) -> Iterator[Served]:
     """Serve the dashboard for ``dsn`` until the block ends."""
     ports = postgres_ports(dsn)
-    server = SurfaceServer("127.0.0.1:0", Dashboard(ports, token, where="test").routes(Router()))
+    server = SurfaceServer(
+        "127.0.0.1:0",
+        Dashboard(ports, token, where="test").routes(Router()),
+        allowed_hosts=allowed_hosts,
+    )
     server.start()
     try:
         yield Served(server.address)

@@ -64,7 +64,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = settings_from(args)
         setup_logging(settings.log_format, settings.log_level)
-        hide_secrets([*dsn_passwords(settings.database_url), settings.token or ""])
+        hide_secrets(
+            [
+                *dsn_passwords(settings.database_url),
+                *dsn_passwords(settings.listen_url),
+                settings.token or "",
+            ]
+        )
         if settings.pgbouncer:
             from brooq.postgres.connect import use_pgbouncer
 

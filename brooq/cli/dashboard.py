@@ -44,8 +44,12 @@ def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:
     addr = settings.http_addr
     check_bind(parse_addr(addr)[0], settings.token, settings.http_allow_remote)
     ports = postgres_ports(dsn)
-    router = Dashboard(ports, settings.token, where="brooq dashboard").routes(Router())
-    server = SurfaceServer(addr, router)
+    dashboard = Dashboard(
+        ports, settings.token, where="brooq dashboard", remote=settings.http_allow_remote
+    )
+    server = SurfaceServer(
+        addr, dashboard.routes(Router()), allowed_hosts=settings.http_allowed_hosts or ()
+    )
     stop = threading.Event()
 
     def stop_serving(signum: int, frame: FrameType | None) -> None:
@@ -53,7 +57,7 @@ def cmd_dashboard(args: argparse.Namespace, settings: Settings) -> int:
 
     previous = {s: signal.signal(s, stop_serving) for s in (signal.SIGTERM, signal.SIGINT)}
     server.start()
-    mode = "actions need the token" if settings.token else "read-only (no BROOQ_TOKEN)"
+    mode = "pages need the login" if settings.token else "read-only (no BROOQ_TOKEN)"
     print(
         f"brooq dashboard on http://{server.address}/ui ({mode}); Ctrl-C stops",
         file=sys.stderr,

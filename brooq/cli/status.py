@@ -14,9 +14,9 @@ from zoneinfo import ZoneInfo
 
 from brooq.cli.common import print_json, require_dsn
 from brooq.cli.text import cut, safe
-from brooq.cli.workers import supervisor_json
+from brooq.cli.workers import skipped_json, skipped_lines, supervisor_json
 from brooq.config import Settings
-from brooq.engine.inspection import Inspection
+from brooq.engine.inspection import Inspection, SkippedRow
 from brooq.engine.periodic import next_run
 from brooq.vocabulary import BrooqError, Schedule, SchemaMissing, format_duration
 
@@ -107,14 +107,16 @@ def live_workers(inspection: Inspection, ready: dict[str, float]) -> dict[str, A
     None for both when the database lacks the supervisors' table (an older schema).
     """
     try:
-        rows = [r for r in inspection.supervisors() if r.alive]
+        found = inspection.supervisor_rows()
     except SchemaMissing:
-        return {"supervisors": None, "unserved_topics": None}
+        return {"supervisors": None, "unserved_topics": None, "skipped_supervisors": []}
+    rows = [r for r in found.rows if r.alive]
     served = {t for r in rows for t in r.topics}
     now = datetime.now(UTC)
     return {
         "supervisors": [supervisor_json(r, now) for r in rows],
         "unserved_topics": sorted(t for t in ready if t not in served),
+        "skipped_supervisors": [skipped_json(s) for s in found.skipped],
     }
 
 
@@ -159,7 +161,9 @@ def render(snap: dict[str, Any]) -> str:
         render_depth(snap["depth"], snap["oldest_ready_s"]),
         render_running(snap["running"]),
         render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
-        render_workers(snap["supervisors"], snap["unserved_topics"]),
+        render_workers(
+            snap["supervisors"], snap["unserved_topics"], snap.get("skipped_supervisors", [])
+        ),
     ]
     if "schedules" in snap:
         blocks.append(render_schedules(snap["schedules"]))
@@ -231,8 +235,13 @@ def render_dead(rows: list[dict[str, Any]], total: int) -> str:
     return "\n".join(lines)
 
 
-def render_workers(rows: list[dict[str, Any]] | None, unserved: list[str] | None) -> str:
-    """Live supervisors and workers; topics with ready jobs and no live worker, loudly."""
+def render_workers(
+    rows: list[dict[str, Any]] | None,
+    unserved: list[str] | None,
+    skipped: list[dict[str, str]] | None = None,
+) -> str:
+    """Live supervisors and workers; topics with ready jobs and no live worker, loudly; the
+    rows of brooq_supervisor that could not be read, named."""
     if rows is None:
         return "workers: unknown (the brooq_supervisor table is missing: run `brooq migrate up`)"
     busy = sum(1 for r in rows for w in r["workers"] if w["job_id"])
@@ -256,6 +265,7 @@ def render_workers(rows: list[dict[str, Any]] | None, unserved: list[str] | None
             "NO LIVE WORKER serves these topics with ready jobs: "
             + ", ".join(safe(t) for t in unserved)
         )
+    lines += skipped_lines([SkippedRow(s["holder"], s["problem"]) for s in skipped or []])
     return "\n".join(lines)
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from brooq.cli.common import print_json, require_dsn
 from brooq.cli.text import safe
 from brooq.config import Settings
-from brooq.engine.inspection import SupervisorRow
+from brooq.engine.inspection import SkippedRow, SupervisorRow
 from brooq.vocabulary import SchemaMissing, format_duration
 
 
@@ -33,18 +34,40 @@ def cmd_workers(args: argparse.Namespace, settings: Settings) -> int:
     dsn = require_dsn(settings)
     inspection = PostgresInspection(dsn)
     try:
-        rows = [r for r in inspection.supervisors() if r.alive or args.all]
+        found = inspection.supervisor_rows()
     except SchemaMissing:
         check_schema(dsn)  # no job table at all: say that, the first thing to fix
         raise
     finally:
         inspection.close()
+    rows = [r for r in found.rows if r.alive or args.all]
     now = datetime.now(UTC)
     if args.json:
-        print_json({"supervisors": [supervisor_json(r, now) for r in rows]})
+        print_json(
+            {
+                "supervisors": [supervisor_json(r, now) for r in rows],
+                "skipped": [skipped_json(s) for s in found.skipped],
+            }
+        )
     else:
         print(render(rows, now))
+        for line in skipped_lines(found.skipped):
+            print(f"brooq: warning: {line}", file=sys.stderr)
     return 0
+
+
+def skipped_json(row: SkippedRow) -> dict[str, str]:
+    """A row of brooq_supervisor no view can read, as JSON."""
+    return {"holder": row.holder, "problem": row.problem}
+
+
+def skipped_lines(rows: list[SkippedRow]) -> list[str]:
+    """One line per row of brooq_supervisor that was skipped, naming it and why (escaped)."""
+    return [
+        f"skipped a row of brooq_supervisor that cannot be read: holder {safe(r.holder)}: "
+        f"{safe(r.problem)}"
+        for r in rows
+    ]
 
 
 def ago(then: datetime | None, now: datetime) -> str:

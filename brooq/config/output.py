@@ -39,7 +39,7 @@ ENV_EXAMPLE_HEADER = """\
 # brooq settings. Copy to .env (gitignored) for local work, with the URL of the local
 # database (scripts/pg.sh url follows BROOQ_PGPORT; the later DATABASE_URL line wins):
 #   cp .env.example .env && echo "DATABASE_URL=$(scripts/pg.sh url)" >> .env
-# Generated from brooq/config/settings.py by `brooq config example`; a test fails
+# Generated from brooq/config/settings/ by `brooq config example`; a test fails
 # when this file and the table differ. `brooq config show` prints what is in
 # effect (secrets redacted).
 #

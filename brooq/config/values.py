@@ -34,8 +34,11 @@ _SIZE_BY_LOWER = {unit.lower(): factor for unit, factor in _SIZE_UNITS.items()}
 _ADDR = re.compile(r"(\[[^\[\]\s]+\]|[^:\[\]\s]+):([0-9]{1,5})")
 _BOOLS = {"true": True, "1": True, "yes": True, "on": True,
           "false": False, "0": False, "no": False, "off": False}  # fmt: skip
+_HOST_NAME = re.compile(r"[a-z0-9_-]+(\.[a-z0-9_-]+)*|[0-9a-f:.]+")
 _WEIGHTED = re.compile(r"\s*([^=,\s]+)\s*=\s*([0-9]+)\s*")
 MAX_INT = 2**31 - 1  # PostgreSQL integer columns and LIMITs take no more
+MIN_TOKEN_BYTES = 32
+"""The shortest BROOQ_TOKEN: anything shorter could be guessed."""
 
 
 class ConfigError(InvalidInput):
@@ -108,14 +111,19 @@ class Kind(Generic[T]):
     metavar: str = "VALUE"
 
 
-def duration(*, zero_ok: bool) -> Kind[timedelta]:
-    """A duration with units, positive (or zero when ``zero_ok``), at most MAX_DURATION."""
+def duration(*, zero_ok: bool, at_least: timedelta | None = None, why: str = "") -> Kind[timedelta]:
+    """A duration with units, positive (or zero when ``zero_ok``), at most MAX_DURATION, and
+    at least ``at_least`` unless zero (``why`` says what a shorter one would break)."""
 
     def parse(text: str, example: str) -> timedelta:
         value = parse_duration(text)
         if value < _ZERO or (value == _ZERO and not zero_ok):
             rule = "must not be negative" if zero_ok else "must be greater than 0"
             raise ValueError(f'{rule} (got "{text}"); write e.g. {example}')
+        if at_least is not None and _ZERO < value < at_least:
+            raise ValueError(
+                f'"{text}" is shorter than {format_duration(at_least)}{why}; write e.g. {example}'
+            )
         if value > MAX_DURATION:
             raise ValueError(
                 f'"{text}" is longer than {format_duration(MAX_DURATION)} (365 days); '
@@ -126,15 +134,18 @@ def duration(*, zero_ok: bool) -> Kind[timedelta]:
     return Kind(parse, format_duration, metavar="DURATION")
 
 
-def size(*, zero_ok: bool) -> Kind[int]:
-    """A size with units (bytes), positive unless ``zero_ok``."""
+def size(*, zero_ok: bool, at_most: int = 2**50, why: str = "") -> Kind[int]:
+    """A size with units (bytes), positive unless ``zero_ok``, at most ``at_most`` (``why``
+    says what a larger one would break)."""
 
     def parse(text: str, example: str) -> int:
         value = parse_size(text)
         if value == 0 and not zero_ok:
             raise ValueError(f"must be greater than 0; write e.g. {example}")
-        if value > 2**50:
-            raise ValueError(f'"{text}" is larger than 1PiB; write e.g. {example}')
+        if value > at_most:
+            raise ValueError(
+                f'"{text}" is larger than {format_size(at_most)}{why}; write e.g. {example}'
+            )
         return value
 
     return Kind(parse, format_size, metavar="SIZE")
@@ -188,6 +199,27 @@ def _parse_text(text: str, example: str) -> str:
     return text
 
 
+def token_problem(token: str) -> str | None:
+    """Why ``token`` is too weak to guard anything (never quoting it), or None."""
+    size = len(token.encode("utf-8", "surrogateescape"))
+    advice = "e.g. the output of `openssl rand -hex 32`"
+    if size < MIN_TOKEN_BYTES:
+        return (
+            f"{size} bytes is too short for a secret: use at least {MIN_TOKEN_BYTES} bytes, "
+            + advice
+        )
+    if len(set(token)) == 1:
+        return f"one character repeated is no secret: use {advice}"
+    return None
+
+
+def _parse_token(text: str, example: str) -> str:
+    # The message must not echo `text`: it is the secret.
+    if problem := token_problem(text):
+        raise ValueError(problem)
+    return text
+
+
 def _parse_workers(text: str, example: str) -> int | str:
     """A count (``8``) or weighted ``topic=count`` pairs, kept as text for the supervisor."""
     if text.isdigit():
@@ -214,10 +246,23 @@ def _parse_topics(text: str, example: str) -> tuple[str, ...]:
     return topics
 
 
+def _parse_hosts(text: str, example: str) -> tuple[str, ...]:
+    names = tuple(n.strip().lower().rstrip(".") for n in text.split(",") if n.strip())
+    for name in names:
+        if not _HOST_NAME.fullmatch(name):
+            raise ValueError(
+                f'"{name[:60]}" is not a host name; write names without port or scheme, '
+                f"e.g. {example}"
+            )
+    return names
+
+
 BOOL = Kind(_parse_bool, lambda b: "true" if b else "false", native_toml=True,
             metavar="{true,false}")  # fmt: skip
 ADDR = Kind(_parse_addr, metavar="HOST:PORT")
 DSN = Kind(_parse_dsn, metavar="URL")
 TEXT = Kind(_parse_text)
+TOKEN = Kind(_parse_token)
 WORKERS = Kind(_parse_workers, native_toml=True, metavar="N|TOPIC=N,...")
 TOPICS = Kind(_parse_topics, ",".join, metavar="TOPIC,...")
+HOSTS = Kind(_parse_hosts, ",".join, metavar="NAME,...")

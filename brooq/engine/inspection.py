@@ -95,7 +95,24 @@ class SupervisorRow:
     seen_at: datetime
     workers: tuple[WorkerSnapshot, ...]
     alive: bool
-    """Seen within the expiry window; a row past it belongs to a supervisor that died."""
+    """``seen_at`` within the window of the database's clock, before or after it: a row
+    past it belongs to a supervisor that died, and a row dated far ahead never counts."""
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRow:
+    """A row of ``brooq_supervisor`` a view cannot read (written by hand, say): whose, and why."""
+
+    holder: str
+    problem: str
+
+
+@dataclass(frozen=True, slots=True)
+class SupervisorRows:
+    """The rows of ``brooq_supervisor``: those that could be read, and those skipped."""
+
+    rows: list[SupervisorRow]
+    skipped: list[SkippedRow]
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +160,12 @@ class Inspection(Protocol):
         ...
 
     def supervisors(self) -> list[SupervisorRow]:
-        """Every registered supervisor, live ones first (rows of dead ones until they expire)."""
+        """Every registered supervisor whose row can be read, live ones first (rows of dead
+        ones until they expire)."""
+        ...
+
+    def supervisor_rows(self) -> SupervisorRows:
+        """The rows :meth:`supervisors` returns, and those it skips, each named with why."""
         ...
 
     def throughput(self, since: timedelta) -> list[MinuteCount]:

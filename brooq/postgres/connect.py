@@ -8,7 +8,7 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -182,11 +182,24 @@ def connect(
 
 @dataclass(frozen=True)
 class Source:
-    """What a Connector connects to, and how."""
+    """What a Connector connects to, and how.
+
+    ``guard``, when given, is entered around every connect and close of the
+    Connector's own connection (never around a statement): a supervisor's
+    HTTP threads pass ``brooq.osproc.no_fork``, because opening and closing a
+    connection take process-wide locks (name lookup, TLS, GSSAPI) that a
+    forked child must not inherit held, while a statement on an open
+    connection takes none.
+    """
 
     target: str | ConnectionPool | psycopg.Connection[Any]
     statement_timeout: timedelta | None = None
     prepare: bool = True
+    guard: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+
+    def guarded(self) -> contextlib.AbstractContextManager[None]:
+        """The guard's block, or a block that does nothing."""
+        return self.guard() if self.guard is not None else contextlib.nullcontext()
 
 
 class Connector:
@@ -284,11 +297,12 @@ class Connector:
         self._own_pid = os.getpid()
         if self._own is None or self._own.closed or self._own.broken:
             assert self._conninfo is not None
-            self._own = connect(
-                self._conninfo,
-                statement_timeout=self.source.statement_timeout,
-                prepare=self.source.prepare,
-            )
+            with self.source.guarded():
+                self._own = connect(
+                    self._conninfo,
+                    statement_timeout=self.source.statement_timeout,
+                    prepare=self.source.prepare,
+                )
             self._terminate_cut(self._own)
         return self._own
 
@@ -318,7 +332,7 @@ class Connector:
         except Exception:
             idle = False
         if conn.closed or conn.broken or not idle:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception), self.source.guarded():
                 conn.close()
             self._own = None
 
@@ -360,5 +374,6 @@ class Connector:
     def close(self) -> None:
         """Close the connection this connector opened itself (never a given one or a pool)."""
         if self._own is not None and self._own_pid == os.getpid():
-            self._own.close()
+            with self.source.guarded():
+                self._own.close()
         self._own = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,7 +19,9 @@ from brooq.engine.inspection import (
     JobRow,
     MinuteCount,
     RunningJob,
+    SkippedRow,
     SupervisorRow,
+    SupervisorRows,
     TopicStateCount,
     WorkerSnapshot,
 )
@@ -43,17 +46,20 @@ class PostgresInspection:
     def __init__(
         self,
         source: str | ConnectionPool | psycopg.Connection[Any] | Connector,
-        timeout: timedelta = READ_TIMEOUT,
+        timeout: timedelta | Callable[[], timedelta] = READ_TIMEOUT,
         prepare: bool = True,
     ) -> None:
         self.connector = (
             source if isinstance(source, Connector) else Connector(Source(source, prepare=prepare))
         )
         self.timeout = timeout
+        """The time limit of each read, or a callable that says it at each read (what is
+        left of a caller's deadline: a dashboard page bounds all of its reads together)."""
 
     @contextmanager
     def _reading(self) -> Iterator[psycopg.Cursor[dict[str, Any]]]:
-        ms = f"{max(1, int(self.timeout.total_seconds() * 1000))}ms"
+        timeout = self.timeout() if callable(self.timeout) else self.timeout
+        ms = f"{max(1, int(timeout.total_seconds() * 1000))}ms"
         with self.connector.connection() as conn, conn.transaction():
             conn.execute(sql("limit_statement_time"), {"timeout": ms})
             yield conn.cursor(row_factory=dict_row)
@@ -130,10 +136,23 @@ class PostgresInspection:
         self,
         alive_within: timedelta = SUPERVISOR_ALIVE_WITHIN,
     ) -> list[SupervisorRow]:
-        """Every registered supervisor, live ones first."""
+        """Every registered supervisor whose row can be read, live ones first."""
+        return self.supervisor_rows(alive_within).rows
+
+    def supervisor_rows(
+        self,
+        alive_within: timedelta = SUPERVISOR_ALIVE_WITHIN,
+    ) -> SupervisorRows:
+        """The readable rows of ``brooq_supervisor``, and the others named with why."""
         with self._reading() as cur:
-            rows = cur.execute(sql("supervisors"), {"alive_within": alive_within}).fetchall()
-        return [supervisor_row(r) for r in rows]
+            found = cur.execute(sql("supervisors"), {"alive_within": alive_within}).fetchall()
+        rows, skipped = [], []
+        for row in found:
+            try:
+                rows.append(supervisor_row(row))
+            except UnreadableRow as exc:
+                skipped.append(SkippedRow(str(row["holder"]), str(exc)))
+        return SupervisorRows(rows, skipped)
 
     def throughput(self, since: timedelta) -> list[MinuteCount]:
         """Jobs done and dead per minute within ``since``, oldest first."""
@@ -154,26 +173,53 @@ def _seconds(value: Any) -> float | None:
     return None if value is None else round(float(value), 3)
 
 
+class UnreadableRow(ValueError):
+    """A row of ``brooq_supervisor`` holds what no supervisor writes; str() says what."""
+
+
 def supervisor_row(row: dict[str, Any]) -> SupervisorRow:
-    """A SupervisorRow from a row of the ``supervisors`` statement."""
-    workers = tuple(
-        WorkerSnapshot(
-            pid=int(w["pid"]),
-            slot=int(w["slot"]),
-            job_id=w.get("job_id"),
-            topic=w.get("topic"),
-            started_at=datetime.fromisoformat(w["started_at"]) if w.get("started_at") else None,
-        )
-        for w in row["workers"] or []
-    )
+    """A SupervisorRow from a row of the ``supervisors`` statement; UnreadableRow for a row
+    that holds what no supervisor writes (an infinite time, workers that are not workers)."""
+    for name in ("started_at", "seen_at"):
+        if row[name] is None:
+            raise UnreadableRow(f"{name} is {row[name + '_text']}")
+    topics = row["topics"] or []
+    if not all(isinstance(t, str) for t in topics):
+        raise UnreadableRow("topics holds a null")
+    try:
+        workers = tuple(_worker(w) for w in _json_list(row["workers"]))
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError, RecursionError):
+        raise UnreadableRow("workers is not a list of workers") from None
     return SupervisorRow(
         holder=row["holder"],
         host=row["host"],
         pid=row["pid"],
         app=row["app"],
-        topics=tuple(row["topics"] or ()),
+        topics=tuple(topics),
         started_at=row["started_at"],
         seen_at=row["seen_at"],
         workers=workers,
         alive=bool(row["alive"]),
     )
+
+
+def _json_list(text: str | list[Any] | None) -> list[Any]:
+    value = json.loads(text) if isinstance(text, str) else text
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise TypeError("not a list")
+    return value
+
+
+def _worker(w: dict[str, Any]) -> WorkerSnapshot:
+    job_id, topic, started = w.get("job_id"), w.get("topic"), w.get("started_at")
+    if not all(v is None or isinstance(v, str) for v in (job_id, topic, started)):
+        raise TypeError("a worker's job_id, topic and started_at are texts")
+    pid, slot = w["pid"], w["slot"]
+    if not (type(pid) is int and type(slot) is int):
+        raise TypeError("a worker's pid and slot are integers")
+    at = datetime.fromisoformat(started) if started else None
+    if at is not None and at.tzinfo is None:
+        raise ValueError("a worker's started_at has no time zone")
+    return WorkerSnapshot(pid=pid, slot=slot, job_id=job_id, topic=topic, started_at=at)

@@ -416,15 +416,24 @@ SET topics = EXCLUDED.topics, seen_at = now(), workers = EXCLUDED.workers
 
 -- name: expire_supervisors
 -- Rows of supervisors not seen for a long while: they died without a clean stop.
-DELETE FROM brooq_supervisor WHERE seen_at < now() - %(expire_after)s
+-- A row dated as far ahead was not written by a supervisor (they write now()).
+DELETE FROM brooq_supervisor
+WHERE seen_at < now() - %(expire_after)s OR seen_at > now() + %(expire_after)s
 
 -- name: unregister_supervisor
 DELETE FROM brooq_supervisor WHERE holder = %(holder)s
 
 -- name: supervisors
--- Every registered supervisor; alive = seen within the window.
-SELECT holder, host, pid, app, topics, started_at, seen_at, workers,
-       seen_at >= now() - %(alive_within)s AS alive
+-- Every registered supervisor; alive = seen within the window of the database's
+-- clock, on either side (a row dated ahead is not alive forever). Values the
+-- driver cannot load (infinity, a deep jsonb) come as text, for the reader to
+-- check row by row.
+SELECT holder, host, pid, app, topics,
+       CASE WHEN isfinite(started_at) THEN started_at END AS started_at,
+       CASE WHEN isfinite(seen_at) THEN seen_at END AS seen_at,
+       started_at::text AS started_at_text, seen_at::text AS seen_at_text,
+       workers::text AS workers,
+       seen_at BETWEEN now() - %(alive_within)s AND now() + %(alive_within)s AS alive
 FROM brooq_supervisor
 ORDER BY alive DESC, host, pid
 

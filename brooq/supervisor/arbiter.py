@@ -29,6 +29,7 @@ from brooq import metrics as prom
 from brooq import osproc
 from brooq.logs import event
 from brooq.supervisor.children import ChildProcess, Kill
+from brooq.supervisor.pacing import Pacer
 from brooq.supervisor.slots import SlotState
 from brooq.supervisor.surface import DATABASE_SILENT_S, Surface, health
 from brooq.supervisor.wiring import Wiring
@@ -45,14 +46,6 @@ HANDLED_SIGNALS = (
     signal.SIGTTOU,
     signal.SIGCHLD,
 )
-MAX_TICK_S = 1.0
-BUSY_TICK_S = 0.1
-MIN_GAP_S = 0.001
-MAX_GAP_S = 0.02
-"""While workers report, the loop runs at most every MIN_GAP_S, and less often while their
-queues hold more work (up to MAX_GAP_S): it reads them in batches."""
-HOUSEKEEPING_S = 0.05
-"""How often the steps about the processes themselves run (spawn, health, registration)."""
 FINAL_FLUSH_S = 10.0
 
 
@@ -73,13 +66,6 @@ class Supervisor(Wiring):
     final_deadline = 0.0
     """Stopping with no worker left: how long outcomes may still take to be written."""
     surface: Surface | None = None
-    ticked_at = 0.0
-    reading = False
-    """The last tick read what workers sent: the next one may wait for more."""
-    reap_due = True
-    poked = True
-    """A signal or an exit asks for the housekeeping steps now."""
-    next_housekeeping = 0.0
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -99,6 +85,7 @@ class Supervisor(Wiring):
     def setup(self) -> None:
         """Self-pipe, signal handlers, the parts and their threads, process title."""
         self.signals: stdqueue.SimpleQueue[int] = stdqueue.SimpleQueue()
+        self.pacer = Pacer()
         self.readable: set[int] = set()
         """The descriptors the last wait found readable."""
         self.wake_r, self.wake_w = os.pipe()
@@ -152,9 +139,10 @@ class Supervisor(Wiring):
     # --- the loop ---------------------------------------------------------------------
 
     def tick(self) -> None:
-        """One pass: what woke the loop, the jobs' way through it, then (every HOUSEKEEPING_S,
-        or at once after a signal or an exit) the upkeep of the processes."""
-        now = self.ticked_at = time.monotonic()
+        """One pass: what woke the loop, the jobs' way through it, then (pacing.py: every
+        50 ms, or at once after a signal or an exit) the upkeep of the processes."""
+        now = time.monotonic()
+        self.pacer.tick(now, reading=any(c.sock in self.readable for c in self.workers))
         self.notifier.pet()
         self.db.collect(self.readable)
         self.read_notices()
@@ -167,7 +155,7 @@ class Supervisor(Wiring):
         self.claim(now)
         self.maintain(now)
         self.complete(now)
-        if self.housekeeping_due(now):
+        if self.pacer.housekeeping_due(now):
             self.probe_database(now)
             self.reload_step(now)
             self.manage_workers()
@@ -177,18 +165,9 @@ class Supervisor(Wiring):
             self.publish_health(now)
 
     def wait(self) -> None:
-        """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline.
-
-        While workers report and every one has work queued, the loop first lets half
-        of the least of that work go by (MIN_GAP_S to MAX_GAP_S): what they write
-        meanwhile is read in one pass, and the loop's own work is paid per batch,
-        not per job. No worker waits for it: each one's queue still holds a job.
-        """
-        if self.reading:
-            now = time.monotonic()
-            gap = min(MAX_GAP_S, max(MIN_GAP_S, self.dispatcher.slack(now) / 2))
-            if (rest := self.ticked_at + gap - now) > 0:
-                time.sleep(rest)
+        """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline
+        (after the pacer's gap: reports are read in batches)."""
+        self.pacer.gap(self.dispatcher.slack(time.monotonic()))
         socks, writes = self.workers.sockets()
         reads = [self.wake_r, *self.db.filenos(), self.notices.fileno(), *socks]
         try:
@@ -201,16 +180,15 @@ class Supervisor(Wiring):
             osproc.drain(self.wake_r)
 
     def timeout(self) -> float:
-        """Seconds until the next thing that must happen, at most MAX_TICK_S."""
+        """Seconds until the next thing that must happen."""
         now = time.monotonic()
-        cap = BUSY_TICK_S if (self.holdings or self.stopping) else MAX_TICK_S
         deadlines = [self.leases.every.next_at, *self.producer.next_polls(now)]
         if self.notifier.next_pet_at is not None:
             deadlines.append(self.notifier.next_pet_at)
         if (flush_at := self.completer.next_flush_at()) is not None:
             deadlines.append(flush_at)
         deadlines += self.dispatcher.deadlines()
-        return max(0.0, min([cap] + [d - now for d in deadlines]))
+        return self.pacer.timeout(now, deadlines, busy=bool(self.holdings or self.stopping))
 
     # --- signals --------------------------------------------------------------------------
 
@@ -223,7 +201,7 @@ class Supervisor(Wiring):
                 return
             name = signal.Signals(signum).name.lower()
             getattr(self, f"handle_{name}", lambda: None)()
-            self.poked = True
+            self.pacer.poked = True
 
     def handle_sigterm(self) -> None:
         """Graceful stop: no more claims; running jobs get the graceful timeout."""
@@ -266,7 +244,7 @@ class Supervisor(Wiring):
 
     def handle_sigchld(self) -> None:
         """A worker (or something it left) ended: reap it this tick."""
-        self.reap_due = True
+        self.pacer.reap_due = True
 
     def handle_sigttin(self) -> None:
         """One worker more (serving every topic of this supervisor)."""
@@ -294,11 +272,8 @@ class Supervisor(Wiring):
 
     def read_workers(self, now: float) -> None:
         """Apply every message the workers sent since the last tick."""
-        readable = self.readable
-        self.reading = False
         for child in self.workers:
-            if child.sock in readable:
-                self.reading = True
+            if child.sock in self.readable:
                 self.read_worker(child, now)
 
     def read_worker(self, child: ChildProcess, now: float) -> None:
@@ -309,11 +284,10 @@ class Supervisor(Wiring):
     def reap_children(self) -> None:
         """After a SIGCHLD (and with every housekeeping, in case one was lost): waitpid every
         worker that ended; settle what it leaves behind."""
-        if not self.reap_due and time.monotonic() < self.next_housekeeping:
+        if not self.pacer.reap_now(time.monotonic()):
             return
-        self.reap_due = False
         for child, status in self.workers.reaped():
-            self.poked = True
+            self.pacer.poked = True
             self.read_worker(child, time.monotonic())  # its last words come first
             self.exits.worker_exited(
                 child,
@@ -362,13 +336,6 @@ class Supervisor(Wiring):
     def complete(self, now: float) -> None:
         """Write the outcomes that are due (all of them once stopping)."""
         self.completer.run_once(now, force=bool(self.stopping))
-
-    def housekeeping_due(self, now: float) -> bool:
-        """True every HOUSEKEEPING_S, and right after a signal or an exit."""
-        if not self.poked and now < self.next_housekeeping:
-            return False
-        self.poked, self.next_housekeeping = False, now + HOUSEKEEPING_S
-        return True
 
     def probe_database(self, now: float) -> None:
         """A cheap query when the lanes have been quiet, or /healthz was just asked: what

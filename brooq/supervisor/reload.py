@@ -73,6 +73,7 @@ NEEDS_RESTART = (
     "pgbouncer",
     "listen_url",
     "log_format",
+    "http_allowed_hosts",
     "log_level",
 )
 """Settings a reload does not apply (connections, listeners and services keep them)."""

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from brooq import metrics as prom
 from brooq.config import Settings
 from brooq.supervisor.children import ChildProcess
-from brooq.surface.dashboard import Dashboard, DashboardPorts
+from brooq.surface.dashboard import Dashboard
+from brooq.surface.dashboard.pool import PortPool
 from brooq.surface.dashboard.ports import close_ports, postgres_ports
 from brooq.surface.service import HealthBoard, ServiceSurface
 
@@ -32,7 +33,7 @@ class Surface:
     def __init__(self, service: ServiceSurface, board: HealthBoard) -> None:
         self.service, self.board = service, board
         self.address = service.address
-        self.ports: DashboardPorts | None = None
+        self.ports: PortPool | None = None
 
     @classmethod
     def open(
@@ -60,8 +61,9 @@ class Surface:
             health=board,
             token=settings.token,
             allow_remote=settings.http_allow_remote,
+            allowed_hosts=settings.http_allowed_hosts or (),
             collectors=[prom.WorkersCollector(workers, topics)],
-            more_routes=Dashboard(ports, settings.token).routes,
+            more_routes=Dashboard(ports, settings.token, remote=settings.http_allow_remote).routes,
         )
         surface = cls(service, board)
         surface.ports = ports

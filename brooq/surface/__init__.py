@@ -5,7 +5,7 @@
 - :mod:`brooq.surface.router`: exact and pattern routes → handlers.
 - :mod:`brooq.surface.server`: :class:`SurfaceServer`, off the supervisor's
   loop, with a total deadline per request and a connection cap.
-- :mod:`brooq.surface.guard`: addresses, bearer tokens, SurfaceConfigError.
+- :mod:`brooq.surface.guard`: addresses, bearer tokens, Host names, SurfaceConfigError.
 - :mod:`brooq.surface.service`: /metrics, /healthz and /jobs for a supervisor.
 
 Handlers run in the server's threads: they must be thread-safe.

@@ -5,16 +5,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+from collections.abc import Sequence
 
 from brooq.config import values
 from brooq.surface.wire import Request, Response
 from brooq.vocabulary import InvalidInput
 
-MIN_REMOTE_TOKEN_BYTES = 32
+MIN_TOKEN_BYTES = values.MIN_TOKEN_BYTES
 
 
 class SurfaceConfigError(InvalidInput):
-    """HTTP_ADDR is not usable as given (not loopback without the flag, a weak token, in use)."""
+    """HTTP_ADDR is not usable as given (not loopback without the flag, in use) or BROOQ_TOKEN
+    is too weak."""
 
 
 def parse_addr(addr: str) -> tuple[str, int]:
@@ -39,11 +41,15 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
-    """Refuse a non-loopback address unless allowed and guarded by a token of 32+ bytes.
+    """Refuse a weak token anywhere, and a non-loopback address unless allowed and guarded.
 
     On the network the token is all that stands between anyone and the
-    cancel endpoint; a short one could be guessed, so it is refused at start.
+    cancel endpoint; a short one could be guessed, so it is refused at start
+    (on loopback too: any local user, or a page of any site through DNS
+    rebinding, could guess it there as well).
     """
+    if token and (problem := values.token_problem(token)):
+        raise SurfaceConfigError(f"BROOQ_TOKEN: {problem}")
     if is_loopback(host):
         return
     if not allow_remote:
@@ -54,15 +60,68 @@ def check_bind(host: str, token: str | None, allow_remote: bool) -> None:
     if not token:
         raise SurfaceConfigError(
             f"HTTP_ADDR host {host!r} is not loopback: set BROOQ_TOKEN first (at least "
-            f"{MIN_REMOTE_TOKEN_BYTES} bytes, e.g. the output of `openssl rand -hex 32`)"
+            f"{MIN_TOKEN_BYTES} bytes, e.g. the output of `openssl rand -hex 32`)"
         )
-    size = len(token.encode())
-    if size < MIN_REMOTE_TOKEN_BYTES:
-        raise SurfaceConfigError(
-            f"HTTP_ADDR host {host!r} is not loopback and BROOQ_TOKEN is {size} bytes: a surface "
-            f"on the network needs a token of at least {MIN_REMOTE_TOKEN_BYTES} bytes "
-            "(e.g. the output of `openssl rand -hex 32`)"
-        )
+
+
+class HostGuard:
+    """Which ``Host`` headers the surface answers: its own address and the names configured.
+
+    DNS rebinding: a page of another site resolves its own name to this
+    address, and the browser then reads (and, with a session, acts on)
+    what the surface serves, sending that other name as ``Host``. The
+    address itself (an IP literal), ``localhost`` for a loopback address,
+    any IP literal for a wildcard address (0.0.0.0, ::), and the names of
+    HTTP_ALLOWED_HOSTS pass; any other name does not. A request without
+    ``Host`` (HTTP/1.0 tools; no browser omits it) passes too.
+    """
+
+    def __init__(self, bound_host: str, names: Sequence[str] = ()) -> None:
+        self.bound = bound_host.strip("[]").lower()
+        self.names = {name.strip().rstrip(".").lower() for name in names if name.strip()}
+        self.wildcard = self.bound in ("", "0.0.0.0", "::")
+
+    def allows(self, request: Request) -> bool:
+        """True when ``request`` names this server in its ``Host`` header (or names nothing)."""
+        values = request.header_values("host")
+        if not values:
+            return True
+        if len(values) > 1:
+            return False
+        host = _host_name(values[0])
+        if host is None:
+            return False
+        if host in self.names or host == self.bound:
+            return True
+        if host == "localhost" or self.bound == "localhost":
+            return is_loopback(host) and is_loopback(self.bound)
+        try:
+            given = ipaddress.ip_address(host)
+        except ValueError:
+            return False  # a name nobody configured: the rebinding case
+        return self.wildcard or _same_ip(given, self.bound)
+
+
+def _host_name(header: str) -> str | None:
+    """The host of a ``Host`` header without its port, lower case; None when malformed."""
+    text = header.strip().lower()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return None
+        return host
+    host, _, port = text.partition(":")
+    if port and not port.isdigit():
+        return None
+    host = host.rstrip(".")
+    return host if host and all(c.isalnum() or c in "-._" for c in host) else None
+
+
+def _same_ip(given: ipaddress.IPv4Address | ipaddress.IPv6Address, bound: str) -> bool:
+    try:
+        return given == ipaddress.ip_address(bound)
+    except ValueError:
+        return False
 
 
 def _digest(text: str) -> bytes:

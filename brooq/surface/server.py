@@ -31,9 +31,10 @@ import socket
 import threading
 import time
 import weakref
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from brooq.surface.guard import SurfaceConfigError, parse_addr
+from brooq.surface.guard import HostGuard, SurfaceConfigError, parse_addr
 from brooq.surface.router import Router
 from brooq.surface.wire import (
     MAX_BODY_BYTES,
@@ -52,6 +53,13 @@ ACCEPT_POLL_S = 0.25  # how often the acceptor checks for close() if nothing wak
 _FORK_LOCK = threading.Lock()
 _LIVE: weakref.WeakSet[SurfaceServer] = weakref.WeakSet()
 _BUSY = Response.json(503, {"error": "too many connections; try again"}).encode()
+_MISDIRECTED = Response.json(
+    421,
+    {
+        "error": "misdirected request: the Host header does not name this server "
+        "(add the name to HTTP_ALLOWED_HOSTS if it does)"
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -89,14 +97,29 @@ class _Conn:
 class SurfaceServer:
     """Serves a :class:`Router` on ``addr``. Binds at construction, serves after :meth:`start`.
 
+    With ``allowed_hosts`` (names besides the address itself), a request
+    whose ``Host`` names another server is answered 421 (DNS rebinding, see
+    :class:`brooq.surface.guard.HostGuard`), except on ``any_host_paths``.
+
     Handlers run in the server's threads, several at once: they must be
     thread-safe and must not use a connection or object owned by another
     thread (the supervisor's loop above all).
     """
 
-    def __init__(self, addr: str, router: Router, limits: Limits | None = None) -> None:
+    def __init__(
+        self,
+        addr: str,
+        router: Router,
+        limits: Limits | None = None,
+        *,
+        allowed_hosts: Sequence[str] | None = None,
+        any_host_paths: Collection[str] = (),
+    ) -> None:
         self.router, self.limits = router, limits or Limits()
         host, port = parse_addr(addr)
+        self.hosts = None if allowed_hosts is None else HostGuard(host, allowed_hosts)
+        """None: any Host; else requests not naming this server are answered 421."""
+        self.any_host_paths = frozenset(any_host_paths)
         self._listener = self._listen(addr, host, port)
         self.address = f"{host}:{self._listener.getsockname()[1]}"
         """``host:port`` actually bound (the port is chosen by the system for port 0)."""
@@ -293,6 +316,16 @@ class SurfaceServer:
             conn.phase = phase
 
     def _respond(self, request: Request) -> Response:
+        if (
+            self.hosts is not None
+            and request.path not in self.any_host_paths
+            and not self.hosts.allows(request)
+        ):
+            log.debug(
+                "http request refused: Host is not this server",
+                extra={"event": "HttpRefused", "client": request.client, "status": 421},
+            )
+            return _MISDIRECTED
         try:
             return self.router.dispatch(request)
         except Exception:

@@ -121,8 +121,11 @@ class ServiceSurface:
     """The supervisor's HTTP surface on ``addr``, served by threads with a store of its own.
 
     Construction checks the address (loopback, or ``allow_remote`` with a
-    32-byte token) and binds, raising SurfaceConfigError before any child is
-    forked; :meth:`start` serves; :meth:`close` stops within about a second.
+    token) and the token (32 bytes) and binds, raising SurfaceConfigError
+    before any child is forked; :meth:`start` serves; :meth:`close` stops
+    within about a second. A request whose ``Host`` names neither the
+    address nor one of ``allowed_hosts`` is answered 421, but on /healthz
+    and /metrics.
     ``more_routes`` may add routes (a dashboard) to the same server.
     """
 
@@ -136,6 +139,7 @@ class ServiceSurface:
         health: HealthBoard,
         token: str | None,
         allow_remote: bool = False,
+        allowed_hosts: Sequence[str] = (),
         limits: Limits | None = None,
         gauge_timeout: timedelta = GAUGE_TIMEOUT,
         collectors: Sequence[Any] = (),
@@ -156,7 +160,15 @@ class ServiceSurface:
         router = service_routes(Router(), endpoints)
         if more_routes is not None:
             more_routes(router)
-        self.server = SurfaceServer(addr, router, limits)
+        # Probes and scrapers reach a supervisor by whatever name they were given, and
+        # those answers hold nothing a rebinding page could use: any Host for them.
+        self.server = SurfaceServer(
+            addr,
+            router,
+            limits,
+            allowed_hosts=allowed_hosts,
+            any_host_paths=("/healthz", "/metrics"),
+        )
         self.address = self.server.address
         """``host:port`` actually bound."""
 

@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING
 from brooq.vocabulary.durations import coerce_duration, format_duration
 from brooq.vocabulary.errors import InvalidKindOptions
 
+MAX_ATTEMPTS = 1_000_000
+"""The most attempts a kind may allow (QUEUE_MAX_ATTEMPTS has the same bound)."""
+MAX_RUNNING = 2**31 - 1
+"""The largest ``max_running``: the claim compares it with a PostgreSQL integer."""
+
 _DURATION_FIELDS = (
     "attempt_timeout",
     "max_execution_timeout",
@@ -72,8 +77,8 @@ class KindOptions:
                     f"{name}: must be greater than zero, got {format_duration(coerced)}"
                 )
             object.__setattr__(self, name, coerced)
-        for name in ("max_attempts", "max_running"):
-            problem = _positive_int_problem(name, getattr(self, name))
+        for name, most in (("max_attempts", MAX_ATTEMPTS), ("max_running", MAX_RUNNING)):
+            problem = _positive_int_problem(name, getattr(self, name), most)
             if problem:
                 problems.append(problem)
         if not problems:
@@ -105,13 +110,15 @@ class KindOptions:
         return replace(self, **filled)
 
 
-def _positive_int_problem(name: str, value: object) -> str | None:
+def _positive_int_problem(name: str, value: object, most: int) -> str | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         return f"{name}: must be an integer, got {value!r}"
     if value < 1:
         return f"{name}: must be at least 1, got {value}"
+    if value > most:
+        return f"{name}: must be at most {most:,}, got {value:,}"
     return None
 
 

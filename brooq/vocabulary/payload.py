@@ -8,6 +8,9 @@ from typing import Any
 from brooq.vocabulary.errors import InvalidJob
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_PAYLOAD_BYTES_LIMIT = 16 * 1024 * 1024
+"""The largest QUEUE_MAX_PAYLOAD_BYTES: a quarter of the 64 MiB frame that carries a job to
+its worker, where escaping and PostgreSQL's spacing make the payload's text longer."""
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))

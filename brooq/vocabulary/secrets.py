@@ -48,16 +48,53 @@ def dsn_passwords(dsn: str | None) -> list[str]:
     return [p for p in dict.fromkeys(found) if p]
 
 
-def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
-    """Free text (an error message, a log line) with every DSN password hidden.
+BARE_SECRET_MIN = 8
+"""A secret this long is hidden wherever it appears; a shorter one only as a whole value."""
+_known: tuple[str, ...] = ()
+# A short secret ("brooq") is also a word, a path, a user name: it is hidden only
+# where it stands as a value of its own: after `=` or `: `, in quotes, alone on
+# its line; never inside a word, a path or a dotted name.
+_VALUE_BEFORE = r"(?:^|(?<=['\"=:])|(?<=[=:][ \t]))"
+_VALUE_AFTER = r"(?=$|['\"\s,;&)\]}])"
 
-    Passwords in URLs and ``password=`` pairs are replaced, and so is every
-    non-empty string of ``secrets`` (a password taken from the DSN, a token)
-    wherever it appears.
+
+def hide_everywhere(secrets: Iterable[str | None]) -> None:
+    """Have :func:`scrub` hide each of ``secrets`` (the DSN's password, BROOQ_TOKEN) in every
+    text of this process from now on, and of the processes it forks."""
+    global _known
+    _known = tuple(sorted({s for s in (*_known, *secrets) if s}, key=len, reverse=True))
+
+
+def forget_secrets() -> None:
+    """Forget every secret given to :func:`hide_everywhere` (tests)."""
+    global _known
+    _known = ()
+
+
+def known_secrets() -> tuple[str, ...]:
+    """The secrets given to :func:`hide_everywhere`, longest first."""
+    return _known
+
+
+def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """Free text (an error message, a log line) with every password and known secret hidden.
+
+    Passwords in URLs and ``password=`` pairs are replaced; so is each of
+    ``secrets`` and of the secrets given to :func:`hide_everywhere`: wherever
+    it appears when it is at least BARE_SECRET_MIN characters long, else
+    only as a whole value (``password: brooq``, ``'brooq'``, a line of its
+    own), so that a short password never garbles paths and names that hold
+    the same word (``/srv/brooq/engine/executor.py``, ``brooq.Delay``).
     """
     out = QUERY_PASSWORD.sub(rf"\1{REDACTED}", URL_PASSWORD.sub(rf"\1{REDACTED}@", text))
     out = KV_PASSWORD.sub(rf"\1{REDACTED}", out)
-    for secret in secrets:
-        if secret and len(secret) >= 3:
+    extra = sorted({s for s in secrets if s} - set(_known), key=len, reverse=True)
+    for secret in (*_known, *extra):
+        if secret not in out:
+            continue
+        if len(secret) >= BARE_SECRET_MIN:
             out = out.replace(secret, REDACTED)
+        else:
+            whole = re.compile(_VALUE_BEFORE + re.escape(secret) + _VALUE_AFTER, re.M)
+            out = whole.sub(REDACTED, out)
     return out

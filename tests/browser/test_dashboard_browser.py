@@ -67,6 +67,14 @@ def wait_text(browser: webdriver.Chrome, element_id: str, text: str) -> None:
     WebDriverWait(browser, 10).until(ec.text_to_be_present_in_element((By.ID, element_id), text))
 
 
+def log_in(browser: webdriver.Chrome, served: Served) -> None:
+    """Log in with the token: with one configured, every page needs a session."""
+    browser.get(f"{served.url}/ui/login")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    browser.find_element(By.ID, "login").click()
+    wait_text(browser, "access", "actions enabled")
+
+
 def shot(browser: webdriver.Chrome, tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.png"
     assert browser.save_screenshot(str(path)), name
@@ -90,6 +98,10 @@ def test_overview_shows_the_seeded_counts(
     browser: webdriver.Chrome, guarded: Served, pg: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     seed(pg)
+    browser.get(f"{guarded.url}/")  # redirected to /ui, and without a session to the login
+    assert "/ui/login" in browser.current_url
+    assert not browser.find_elements(By.ID, "counts")
+    log_in(browser, guarded)
     browser.get(f"{guarded.url}/")  # redirected to /ui
     assert browser.current_url.endswith("/ui")
     assert cell(browser, "email.send", "done") == "3"
@@ -103,7 +115,7 @@ def test_overview_shows_the_seeded_counts(
     assert "unserved" in (row.get_attribute("class") or "")
     assert browser.find_element(By.ID, "chart").is_displayed()
     assert "no live supervisor" in browser.find_element(By.ID, "no-workers").text
-    assert "read-only" in browser.find_element(By.ID, "access").text
+    assert "actions enabled" in browser.find_element(By.ID, "access").text
     # Live refresh can be paused, and says so.
     browser.find_element(By.ID, "live-toggle").click()
     assert browser.find_element(By.ID, "live-state").text == "refresh paused"
@@ -114,6 +126,7 @@ def test_filtering_the_job_list(
     browser: webdriver.Chrome, guarded: Served, pg: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     ids = seed(pg)
+    log_in(browser, guarded)
     browser.get(f"{guarded.url}/ui/jobs")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-id]")) == 11
     Select(browser.find_element(By.ID, "f-state")).select_by_value("dead")
@@ -194,7 +207,8 @@ def test_without_the_token_the_action_is_refused(
     ids = seed(pg)
     job = ids["dead"][0]
     browser.get(f"{guarded.url}/ui/jobs/{job}")
-    assert not browser.find_elements(By.ID, "retry")  # no form: the button is disabled
+    assert "/ui/login" in browser.current_url  # no session, no page
+    assert not browser.find_elements(By.ID, "retry")
     status = browser.execute_async_script(POST, f"/ui/jobs/{job}/retry")
     assert status == 401
     assert state_of(pg, job) == "dead"
@@ -210,6 +224,7 @@ def test_a_script_payload_is_shown_as_text(
     browser: webdriver.Chrome, guarded: Served, pg: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     (job,) = seed(pg)["script"]
+    log_in(browser, guarded)
     browser.get(f"{guarded.url}/ui/jobs/{job}")
     assert browser.execute_script("return window.__pwned === undefined")
     payload = browser.find_element(By.ID, "payload").text
@@ -226,6 +241,7 @@ def test_the_overview_refreshes_itself_until_paused(
     browser: webdriver.Chrome, guarded: Served, pg: psycopg.Connection[Any]
 ) -> None:
     seed(pg)
+    log_in(browser, guarded)
     browser.get(f"{guarded.url}/ui")
     pg.execute("INSERT INTO job (topic, payload) VALUES ('late.topic', '{}')")
     WebDriverWait(browser, 12).until(

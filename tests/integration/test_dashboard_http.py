@@ -141,17 +141,66 @@ def test_without_a_session_actions_are_401(guarded: Served, pg: psycopg.Connecti
     assert wrong.status == 401
     assert guarded.request("POST", "/ui/login", {"token": "nope"}).status == 401
     assert state_of(pg, dead) == "dead"
-    page = guarded.request("GET", f"/ui/jobs/{dead}").body
-    assert 'name="csrf"' not in page and "log in" in page
 
 
 def test_login_cookie_is_httponly_strict_and_never_the_token(guarded: Served) -> None:
     answer = guarded.request("POST", "/ui/login", {"token": TOKEN})
     cookie = answer.headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
-    assert TOKEN not in cookie
-    logout = guarded.request("POST", "/ui/logout", {})
-    assert "Max-Age=0" in logout.headers["Set-Cookie"]
+    assert TOKEN not in cookie and "Secure" not in cookie  # plain HTTP on loopback
+    behind_tls = guarded.request(
+        "POST", "/ui/login", {"token": TOKEN}, {"X-Forwarded-Proto": "https"}
+    )
+    assert behind_tls.headers["Set-Cookie"].endswith("; Secure")
+
+
+def test_with_a_token_every_page_needs_the_login(
+    guarded: Served, pg: psycopg.Connection[Any]
+) -> None:
+    # Issue 22, item 6: reads too, as GET /jobs/<id> already did.
+    job = insert(pg, "email.send", "dead", error="ValueError: secret detail")
+    for path in ("/ui", "/ui/jobs", f"/ui/jobs/{job}", "/ui/jobs?state=dead"):
+        answer = guarded.request("GET", path)
+        assert answer.status == 303, path
+        assert answer.headers["Location"].startswith("/ui/login?"), path
+        assert "email.send" not in answer.body and "secret detail" not in answer.body
+    assert guarded.request("GET", "/ui/login").status == 200
+    assert guarded.request("GET", "/ui/static/dashboard.css").status == 200
+    bearer = guarded.request("GET", f"/ui/jobs/{job}", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert bearer.status == 200 and "secret detail" in bearer.body
+    cookie = {"Cookie": login(guarded)}
+    page = guarded.request("GET", f"/ui/jobs/{job}", headers=cookie)
+    assert page.status == 200 and "secret detail" in page.body
+
+
+def test_logout_ends_the_session_and_needs_its_csrf_token(guarded: Served) -> None:
+    # Issue 22, item 7: the cookie was a fixed HMAC of the token, valid after logout.
+    cookie = {"Cookie": login(guarded)}
+    assert login(guarded) != cookie["Cookie"]  # every login its own session
+    csrf = csrf_of(guarded.request("GET", "/ui", headers=cookie).body)
+    refused = guarded.request("POST", "/ui/logout", {}, cookie)
+    assert refused.status == 403 and guarded.request("GET", "/ui", headers=cookie).status == 200
+    logout = guarded.request("POST", "/ui/logout", {"csrf": csrf}, cookie)
+    assert logout.status == 303 and "Max-Age=0" in logout.headers["Set-Cookie"]
+    assert guarded.request("GET", "/ui", headers=cookie).status == 303  # to the login again
+    replayed = guarded.request("POST", "/ui/jobs/purge", {"state": "dead", "csrf": csrf}, cookie)
+    assert replayed.status == 401
+
+
+def test_a_host_that_names_another_server_is_421(guarded: Served, dsn: str) -> None:
+    # Issue 22, item 6: DNS rebinding sends the attacker's name as Host.
+    port = guarded.address.rsplit(":", 1)[1]
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    for host in ("rebind.example", f"rebind.example:{port}", "127.0.0.2", "bad host"):
+        answer = guarded.request("GET", "/ui/jobs", headers={**bearer, "Host": host})
+        assert answer.status == 421, host
+        login_page = guarded.request("GET", "/ui/login", headers={"Host": host})
+        assert login_page.status == 421, host
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.1"):
+        assert guarded.request("GET", "/ui/jobs", headers={**bearer, "Host": host}).status == 200
+    with serve_dashboard(dsn, TOKEN, allowed_hosts=("brooq.internal",)) as named:
+        answer = named.request("GET", "/ui/jobs", headers={**bearer, "Host": "brooq.internal"})
+        assert answer.status == 200
 
 
 def test_a_cookie_session_needs_the_csrf_token_and_the_same_origin(

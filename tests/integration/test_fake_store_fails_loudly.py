@@ -72,3 +72,37 @@ def test_enqueue_inside_a_transaction_needs_a_database(dsn: str) -> None:
     with pytest.raises(brooq.NeedsDatabase, match="enqueue_async"):
         asyncio.run(enqueue_async())
     assert queue.drain().total == 0  # nothing was enqueued behind the caller's back
+
+
+def pays_and_reads_back(claim: brooq.Claim) -> None:
+    """A hook that reads what its statement returned."""
+
+    def mark_paid(conn: Any) -> None:
+        row = conn.execute(
+            "UPDATE orders SET paid = true WHERE id = %s RETURNING id", (claim.payload["order"],)
+        ).fetchone()
+        conn.execute("INSERT INTO receipts (order_id) VALUES (%s)", (row[0],))
+
+    claim.on_succeeded(mark_paid)
+
+
+def test_a_hook_that_reads_is_done_on_postgresql_and_refused_loudly_on_the_fake(
+    dsn: str, pg: psycopg.Connection[Any]
+) -> None:
+    # Issue 22, item 21: fetchone() gave None, so the hook failed with a TypeError of the
+    # fake's making (the job went failed) where PostgreSQL had a row.
+    fake = brooq.Queue(InMemoryStore())
+    fake.register("order.paid", pays_and_reads_back)
+    fake.enqueue(brooq.Job("order.paid", {"order": 7}))
+    with pytest.raises(brooq.NeedsDatabase, match=r"settle hook .*mark_paid reads"):
+        fake.drain()
+
+    pg.execute("CREATE TABLE orders (id int PRIMARY KEY, paid bool NOT NULL DEFAULT false)")
+    pg.execute("CREATE TABLE receipts (order_id int NOT NULL)")
+    pg.execute("INSERT INTO orders (id) VALUES (7)")
+    real = brooq.Queue(dsn)
+    real.register("order.paid", pays_and_reads_back)
+    real.enqueue(brooq.Job("order.paid", {"order": 7}))
+    assert real.drain().outcomes == {"done": 1}
+    assert pg.execute("SELECT order_id FROM receipts").fetchall() == [(7,)]
+    real.close()

@@ -133,6 +133,7 @@ def test_status_json_is_one_object_with_every_section(
         "dead_last_hour_total",
         "supervisors",
         "unserved_topics",
+        "skipped_supervisors",
     }
     assert data["supervisors"] == [] and data["unserved_topics"] == ["email.send"]
     depth = {(r["topic"], r["state"]): r["jobs"] for r in data["depth"]}

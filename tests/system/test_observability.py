@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.system, pytest.mark.db]
 
 FAST = ("--poll-interval", "200ms", "--graceful-timeout", "3s")
 QUICK_RETRY = {"QUEUE_BACKOFF_BASE": "10ms", "QUEUE_BACKOFF_MAX": "50ms"}
-TOKEN = "s3cret-token-for-tests"
+TOKEN = "s3cret-token-for-tests-0123456789"
 
 
 def scrape_until(addr: str, ok: Any, timeout: float, what: str) -> Scrape:

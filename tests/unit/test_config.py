@@ -24,8 +24,10 @@ from brooq.config import (
     settings_to_env,
     settings_to_toml,
 )
+from brooq.vocabulary import InvalidKindOptions, KindOptions
 
 SECRET = "hunter2-s3cret"
+TOKEN = "hunter2-s3cret-token-0123456789abcdef"
 DSN = f"postgresql://app:{SECRET}@db.internal:5432/app"
 
 
@@ -197,10 +199,10 @@ def test_every_problem_reported_at_once_one_per_line() -> None:
         "QUEUE_WORKERS: must be at least 1 (got 0); write e.g. 2",
         'QUEUE_POLL_INTERVAL: must be greater than 0 (got "0s"); write e.g. 1s',
         'QUEUE_LEASE: "120" has no unit; write e.g. 120s, 2m or 1h',
+        'QUEUE_MAX_MEMORY_PER_WORKER: "512" has no unit; write e.g. 512MiB or 512MB',
         'QUEUE_MAX_ATTEMPTS: "many" is not a whole number; write e.g. 5',
         'QUEUE_RETENTION_TTL: must not be negative (got "-1h"); '
         "write e.g. 720h, or 0 to disable retention",
-        'QUEUE_MAX_MEMORY_PER_WORKER: "512" has no unit; write e.g. 512MiB or 512MB',
         "QUEUE_MAX_PAYLOAD_BYTES: must be greater than 0; write e.g. 1MiB",
         'QUEUE_NOTIFY: "maybe" is not a boolean; write true or false',
         'HTTP_ADDR: "localhost:70000" is not host:port; write e.g. 127.0.0.1:8090 or [::1]:8090',
@@ -337,14 +339,14 @@ def test_valid_dsn_forms(dsn: str) -> None:
 
 
 def test_secrets_never_in_repr_env_or_toml_output() -> None:
-    s = load({"DATABASE_URL": DSN, "BROOQ_TOKEN": SECRET})
+    s = load({"DATABASE_URL": DSN, "BROOQ_TOKEN": TOKEN})
     for text in (
         repr(s),
         settings_to_env(s),
         settings_to_toml(s),
         redact_dsn(s.database_url or ""),
     ):
-        assert SECRET not in text
+        assert SECRET not in text and TOKEN not in text
     assert "DATABASE_URL=postgresql://app:***@db.internal:5432/app\n" in settings_to_env(s)
     assert "BROOQ_TOKEN=***\n" in settings_to_env(s)
     assert 'brooq_token = "***"' in settings_to_toml(s)
@@ -373,10 +375,10 @@ def test_redact_dsn(dsn: str, shown: str) -> None:
 
 def test_credentials_directory(tmp_path: Path) -> None:
     write(tmp_path / "database-url", DSN + "\n")
-    write(tmp_path / "brooq-token", SECRET + "\n")
+    write(tmp_path / "brooq-token", TOKEN + "\n")
     env = {"CREDENTIALS_DIRECTORY": str(tmp_path), "DATABASE_URL": "postgresql://other/db"}
     s = load(env)
-    assert s.database_url == DSN and s.token == SECRET
+    assert s.database_url == DSN and s.token == TOKEN
     assert s.sources["DATABASE_URL"] == "credentials"
     assert load(env, overrides={"DATABASE_URL": "postgresql://cli/db"}).database_url == (
         "postgresql://cli/db"
@@ -391,7 +393,7 @@ def test_an_empty_token_credential_sets_no_token_and_lets_the_environment_show(
     write(tmp_path / "brooq-token", "")
     env = {"CREDENTIALS_DIRECTORY": str(tmp_path)}
     assert load(env).token is None  # the job endpoints are off
-    assert load({**env, "BROOQ_TOKEN": SECRET}).token == SECRET  # an empty value is unset
+    assert load({**env, "BROOQ_TOKEN": TOKEN}).token == TOKEN  # an empty value is unset
 
 
 def test_credentials_directory_without_the_files(tmp_path: Path) -> None:
@@ -558,3 +560,60 @@ def test_coerce_duration(value: timedelta | int | float | str, td: timedelta) ->
 def test_coerce_duration_rejects_naming_the_option(value: object) -> None:
     with pytest.raises(ValueError, match=r"^attempt_timeout: "):
         coerce_duration(value, name="attempt_timeout")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("token", "why"),
+    [
+        ("hunter2-s3cret", "14 bytes is too short for a secret: use at least 32 bytes"),
+        ("é" * 15, "30 bytes is too short"),  # bytes, not characters
+        ("x" * 64, "one character repeated is no secret"),
+    ],
+)
+def test_a_weak_token_is_refused_for_every_command(token: str, why: str) -> None:
+    # Issue 22, item 8: 32 bytes on loopback too, not only with HTTP_ALLOW_REMOTE.
+    (line,) = problems({"BROOQ_TOKEN": token})
+    assert line.startswith("BROOQ_TOKEN: " + why) and "openssl rand -hex 32" in line
+    assert token not in line
+    assert load({"BROOQ_TOKEN": TOKEN}).token == TOKEN
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "why"),
+    [
+        ("QUEUE_LEASE", "1ms", '"1ms" is shorter than 1s: a lease runs out before its heartbeat'),
+        ("QUEUE_LEASE", "999ms", '"999ms" is shorter than 1s'),
+        ("QUEUE_REAPER_PERIOD", "1ms", '"1ms" is shorter than 1s: every supervisor would run'),
+        (
+            "QUEUE_MAX_PAYLOAD_BYTES",
+            "100TiB",
+            '"100TiB" is larger than 16MiB, the most a job can carry to its worker',
+        ),
+        ("QUEUE_MAX_PAYLOAD_BYTES", "17MiB", '"17MiB" is larger than 16MiB'),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_with_their_bound(
+    key: str, text: str, why: str
+) -> None:
+    # Issue 22, item 18: each was accepted, and --lease 1ms claimed one job twice.
+    (line,) = problems({key: text})
+    assert line.startswith(f"{key}: {why}") and "write e.g." in line
+    (flag,) = problems(overrides={key: text})  # --lease 1ms: the same check
+    assert flag == line
+
+
+def test_the_bounds_themselves_are_accepted() -> None:
+    s = load({"QUEUE_LEASE": "1s", "QUEUE_REAPER_PERIOD": "1s", "QUEUE_MAX_PAYLOAD_BYTES": "16MiB"})
+    assert (s.lease, s.reaper_period) == (timedelta(seconds=1), timedelta(seconds=1))
+    assert s.max_payload_bytes == 16 * 1024 * 1024
+
+
+def test_a_kind_refuses_attempts_the_setting_refuses() -> None:
+    with pytest.raises(InvalidKindOptions, match=r"max_attempts: must be at most 1,000,000"):
+        KindOptions(max_attempts=10**12)
+    with pytest.raises(InvalidKindOptions, match=r"max_running: must be at most 2,147,483,647"):
+        KindOptions(max_running=2**31)
+    assert KindOptions(max_attempts=1_000_000).max_attempts == 1_000_000
+    assert problems({"QUEUE_MAX_ATTEMPTS": "1000001"})[0].startswith(
+        "QUEUE_MAX_ATTEMPTS: must be at most 1000000"
+    )

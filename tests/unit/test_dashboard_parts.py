@@ -3,45 +3,110 @@ leaves /ui, the query-string filter, the chart's geometry, and autoescaped templ
 
 from __future__ import annotations
 
+import logging
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from brooq.engine.inspection import MinuteCount
-from brooq.surface.dashboard.access import COOKIE, Access, Verdict, same_origin
+from brooq.surface.dashboard.access import (
+    COOKIE,
+    FAILED_LOGINS_PER_CLIENT,
+    Access,
+    Sessions,
+    Verdict,
+    same_origin,
+)
+from brooq.surface.dashboard.forms import query_filter, redirect
 from brooq.surface.dashboard.render import chart, environment, page
-from brooq.surface.dashboard.views import query_filter, redirect
 from brooq.surface.wire import Request
 from brooq.vocabulary import InvalidInput, State
 
-TOKEN = "s3cret-token-of-the-operator"
+TOKEN = "s3cret-token-of-the-operator-0123456789"
 
 
-def request(headers: list[tuple[str, str]] | None = None) -> Request:
+def request(
+    headers: list[tuple[str, str]] | None = None, client: str = "10.0.0.1:50000"
+) -> Request:
     return Request(
         method="POST",
         target="/ui/x",
         path="/ui/x",
         query={},
         headers=tuple(headers or [("host", "127.0.0.1:8090")]),
+        client=client,
     )
 
 
-def test_the_session_cookie_is_derived_never_the_token() -> None:
+def logged_in(access: Access, *headers: tuple[str, str]) -> tuple[tuple[str, str], str]:
+    """Log in with the token: the Cookie header to send, and the session's CSRF token."""
+    answer = access.login(request(list(headers) or None), TOKEN)
+    assert answer.cookie is not None and answer.status == 303
+    cookie = ("cookie", answer.cookie.split(";")[0])
+    return cookie, access.csrf_for(request([cookie]))
+
+
+def test_each_login_gets_a_session_of_its_own_never_the_token() -> None:
+    # Issue 22, item 7: the cookie was a fixed HMAC of the token, the same for every login.
     access = Access(TOKEN)
-    value = access.session_value()
-    assert TOKEN not in value and len(value) == 64
-    cookie = access.set_cookie()
-    assert cookie.startswith(f"{COOKIE}={value};")
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
-    assert Access("another-token").session_value() != value
+    first = access.login(request(), TOKEN).cookie
+    second = access.login(request(), TOKEN).cookie
+    assert first and second and first != second
+    for cookie in (first, second):
+        value = cookie.split(";")[0].removeprefix(f"{COOKIE}=")
+        assert TOKEN not in cookie and len(value) >= 40
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/ui" in cookie
+        assert "Max-Age=43200" in cookie and "Secure" not in cookie
+    assert Access(TOKEN, remote=True).login(request(), TOKEN).cookie.endswith("; Secure")  # type: ignore[union-attr]
+    behind_tls = request([("host", "h"), ("x-forwarded-proto", "https")])
+    assert "; Secure" in (access.login(behind_tls, TOKEN).cookie or "")
+    assert "; Secure" in access.clear_cookie(behind_tls)
+
+
+def test_a_session_ends_at_logout_which_needs_its_csrf_token_and_at_its_expiry() -> None:
+    access = Access(TOKEN)
+    cookie, csrf = logged_in(access)
+    assert access.verdict(request([cookie])) is Verdict.ALLOWED and len(csrf) == 64
+    host = ("host", "127.0.0.1:8090")
+    assert access.logout(request([host, cookie]), {})[0] == 403  # type: ignore[index]
+    assert access.logout(
+        request([host, cookie, ("origin", "http://evil.example")]), {"csrf": [csrf]}
+    )
+    assert access.verdict(request([cookie])) is Verdict.ALLOWED  # refused: still logged in
+    assert access.logout(request([host, cookie]), {"csrf": [csrf]}) is None
+    assert access.verdict(request([cookie])) is Verdict.ANONYMOUS  # the cookie is worth nothing
+    other, _ = logged_in(access)
+    assert access.verdict(request([other])) is Verdict.ALLOWED
+    access.sessions = Sessions(ttl=timedelta(milliseconds=50))
+    short, _ = logged_in(access)
+    assert access.verdict(request([short])) is Verdict.ALLOWED
+    time.sleep(0.1)
+    assert access.verdict(request([short])) is Verdict.ANONYMOUS
+
+
+def test_failed_logins_are_rate_limited_and_logged_at_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    access = Access(TOKEN)
+    with caplog.at_level(logging.INFO, logger="brooq.surface"):
+        answers = [access.login(request(), "guess") for _ in range(FAILED_LOGINS_PER_CLIENT)]
+        assert {a.status for a in answers} == {401}
+        throttled = access.login(request(), TOKEN)  # even the right token, for a while
+        elsewhere = access.login(request(client="10.0.0.2:40000"), TOKEN)
+    assert throttled.status == 429 and throttled.cookie is None and throttled.retry_after_s > 50
+    assert elsewhere.cookie is not None  # another address is not locked out by these
+    failed = [r for r in caplog.records if getattr(r, "event", "") == "DashboardLoginFailed"]
+    assert len(failed) == FAILED_LOGINS_PER_CLIENT
+    assert all(r.levelno == logging.WARNING and r.client == "10.0.0.1" for r in failed)  # type: ignore[attr-defined]
+    assert TOKEN not in caplog.text and "guess" not in caplog.text
 
 
 def test_verdicts() -> None:
     assert Access(None).verdict(request()) is Verdict.READ_ONLY
     access = Access(TOKEN)
     assert access.verdict(request()) is Verdict.ANONYMOUS
-    cookie = ("cookie", f"{COOKIE}={access.session_value()}")
+    cookie, _ = logged_in(access)
     assert access.verdict(request([cookie])) is Verdict.ALLOWED
     assert access.verdict(request([("cookie", f"{COOKIE}=forged")])) is Verdict.ANONYMOUS
     assert access.verdict(request([("authorization", f"Bearer {TOKEN}")])) is Verdict.ALLOWED
@@ -56,8 +121,7 @@ def test_verdicts() -> None:
 def test_writes_need_session_csrf_and_same_origin() -> None:
     access = Access(TOKEN)
     host = ("host", "127.0.0.1:8090")
-    cookie = ("cookie", f"{COOKIE}={access.session_value()}")
-    csrf = access.csrf_for(request())
+    cookie, csrf = logged_in(access)
     assert Access(None).refuse_write(request([host]), {}) == (
         403,
         "read-only: no BROOQ_TOKEN is configured, so no action is possible",

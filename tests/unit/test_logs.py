@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import select
 import sys
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from brooq import logs
 from brooq.logs import EXC_MAX_CHARS, FIELD_MAX_CHARS, JsonFormatter, KeyValueFormatter
+from brooq.vocabulary import secrets as secrets_of_process
 
 SECRET = "Wr-Zq9-s3cret-pw"
 FORMATTERS = [JsonFormatter(), KeyValueFormatter()]
@@ -20,10 +26,11 @@ FORMATTER_IDS = ["json", "kv"]
 @pytest.fixture(autouse=True)
 def secrets() -> Iterator[None]:
     """The DSN password known to the logs, as `brooq` sets it from DATABASE_URL."""
-    saved = list(logs._secrets)
+    saved = secrets_of_process.known_secrets()
     logs.hide_secrets([SECRET])
     yield
-    logs._secrets[:] = saved
+    secrets_of_process.forget_secrets()
+    secrets_of_process.hide_everywhere(saved)
 
 
 def record(
@@ -118,3 +125,56 @@ def test_done_jobs_are_logged_only_when_every_job_is(caplog: pytest.LogCaptureFi
     loud.claimed(claimed, KindOptions())
     loud.settled(Attempted(claimed, DONE, None, 0.01))
     assert [r.getMessage() for r in caplog.records] == ["JobClaimed", "JobDone"]
+
+
+def test_a_stalled_sink_never_blocks_a_log_call_lines_are_dropped_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 22, item 3: stderr on a pipe nobody reads blocked the supervisor's loop.
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    read_end, write_end = os.pipe()
+    sink = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stderr", sink)
+    logger = logging.getLogger("brooq.test.stalled")
+    try:
+        logs.setup_logging("kv", "info")
+        finished = threading.Event()
+
+        def log_many() -> None:
+            for n in range(20_000):  # 6 MB of lines: well past the pipe's and the buffer's room
+                logs.event(logger, "Filler", n=n, pad="x" * 300)
+            finished.set()
+
+        threading.Thread(target=log_many, daemon=True).start()
+        assert finished.wait(10), "a log call blocked on the stalled sink"
+        handler = root.handlers[0]
+        assert isinstance(handler, logs.LineBuffer) and handler.dropped > 0
+        text = _read_until(read_end, "event=LogLinesDropped", timeout=10)
+        assert "event=Filler n=0 " in text  # what was held is written once the sink takes it
+        assert f"dropped_total={handler.dropped}" in text
+    finally:
+        for handler in root.handlers:
+            handler.close()
+        root.handlers[:], root.level = saved
+        os.set_blocking(read_end, False)
+        with contextlib.suppress(OSError):
+            while os.read(read_end, 1 << 16):
+                pass
+        sink.close()
+        os.close(read_end)
+
+
+def _read_until(fd: int, marker: str, timeout: float) -> str:
+    """What ``fd`` yields until a line holding ``marker`` is whole (bounded by ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    data = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], 0.1)
+        if ready:
+            data += os.read(fd, 1 << 16)
+        text = data.decode("utf-8", "replace")
+        at = text.find(marker)
+        if at >= 0 and "\n" in text[at:]:
+            return text
+    raise AssertionError(f"{marker} not read within {timeout}s")

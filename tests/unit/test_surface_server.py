@@ -31,7 +31,7 @@ from brooq.surface import (
 from brooq.vocabulary import BrooqError
 from tests.slow_clients import Slowloris
 
-TOKEN = "t" * 32
+TOKEN = "surface-test-token-0123456789abcdef"
 
 
 class Answer:
@@ -442,22 +442,25 @@ def test_response_headers_cannot_be_injected() -> None:
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1", "localhost", "127.0.0.2"])
-def test_loopback_needs_no_token(host: str) -> None:
+def test_loopback_needs_no_token_but_refuses_a_weak_one(host: str) -> None:
     check_bind(host, None, allow_remote=False)
-    check_bind(host, "short", allow_remote=False)
+    check_bind(host, TOKEN, allow_remote=False)
+    for weak in ("short", "t" * 40):  # issue 22, item 8: on loopback too
+        with pytest.raises(SurfaceConfigError, match="BROOQ_TOKEN"):
+            check_bind(host, weak, allow_remote=False)
 
 
 def test_a_non_loopback_address_needs_the_flag_and_a_32_byte_token() -> None:
     with pytest.raises(SurfaceConfigError, match="--http-allow-remote"):
-        check_bind("0.0.0.0", "x" * 64, allow_remote=False)
+        check_bind("0.0.0.0", TOKEN, allow_remote=False)
     with pytest.raises(SurfaceConfigError, match="BROOQ_TOKEN"):
         check_bind("0.0.0.0", None, allow_remote=True)
     with pytest.raises(SurfaceConfigError, match=r"31 bytes.*at least 32 bytes"):
         check_bind("10.0.0.1", "x" * 31, allow_remote=True)
     with pytest.raises(SurfaceConfigError, match="30 bytes"):
         check_bind("", "é" * 15, allow_remote=True)  # bytes, not characters
-    check_bind("0.0.0.0", "x" * 32, allow_remote=True)
-    check_bind("::", "é" * 16, allow_remote=True)
+    check_bind("0.0.0.0", TOKEN[:32], allow_remote=True)
+    check_bind("::", "é" * 15 + "ab", allow_remote=True)
 
 
 def test_the_service_surface_refuses_a_weak_token_before_binding() -> None:

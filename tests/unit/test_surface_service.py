@@ -13,7 +13,7 @@ import pytest
 from brooq.surface import HealthBoard, Request, Router, ServiceEndpoints, service_routes
 from brooq.vocabulary import JobNotFound, StoreUnavailable
 
-TOKEN = "k" * 40
+TOKEN = "service-test-token-0123456789abcdef"
 JOB = "0190f5a2-0000-7000-8000-000000000001"
 DB_TEXT = "database unavailable: connection to server at 10.1.2.3, user app_rw refused"
 

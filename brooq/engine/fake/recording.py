@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from brooq.vocabulary import NeedsDatabase
+
 
 @dataclass(frozen=True, slots=True)
 class Executed:
@@ -16,17 +18,35 @@ class Executed:
 
 @dataclass
 class FakeCursor:
-    """What ``RecordingConnection.execute`` returns: no rows, like a write."""
+    """What ``RecordingConnection.execute`` returns: a write's cursor, with no rows to read.
+
+    Reading it raises NeedsDatabase naming ``hook``: the fake runs no SQL, and
+    ``None`` or ``[]`` would be a row PostgreSQL never returned.
+    """
 
     rowcount: int = 0
+    hook: str = "a settle hook"
 
-    def fetchone(self) -> None:
-        """No row: the fake runs no SQL."""
-        return None
+    def _refuse(self) -> NeedsDatabase:
+        return NeedsDatabase(
+            f"{self.hook} reads what its statement returned; the in-memory store runs no "
+            "SQL and has no rows to give: test this hook against PostgreSQL (brooq.Queue(dsn))"
+        )
+
+    def fetchone(self) -> Any:
+        """Refused: NeedsDatabase."""
+        raise self._refuse()
 
     def fetchall(self) -> list[Any]:
-        """No rows: the fake runs no SQL."""
-        return []
+        """Refused: NeedsDatabase."""
+        raise self._refuse()
+
+    def fetchmany(self, size: int = 0) -> list[Any]:
+        """Refused: NeedsDatabase."""
+        raise self._refuse()
+
+    def __iter__(self) -> Any:
+        raise self._refuse()
 
 
 @dataclass
@@ -40,8 +60,10 @@ class RecordingConnection:
     """
 
     executed: list[Executed] = field(default_factory=list)
+    hook: str = "a settle hook"
+    """The hook running now, named when it tries to read (see FakeCursor)."""
 
     def execute(self, sql: str, params: Any = None) -> FakeCursor:
         """Record ``sql`` with ``params``."""
         self.executed.append(Executed(sql, params))
-        return FakeCursor()
+        return FakeCursor(hook=self.hook)

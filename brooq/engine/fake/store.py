@@ -165,12 +165,13 @@ class InMemoryStore(FakeUpkeep):
             for job in chain:
                 self._enqueue_one(job)
             for hook in hooks:
+                conn.hook = f"settle hook {getattr(hook, '__qualname__', None) or repr(hook)}"
                 hook(conn)
         except BaseException as exc:
             # Like the real transaction: any exception rolls back what the hooks wrote.
             self.rows = saved
-            if not isinstance(exc, Exception):
-                raise
+            if isinstance(exc, NeedsDatabase) or not isinstance(exc, Exception):
+                raise  # the test, not the job, is at fault: fail it loudly
             raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc
         self.executed.extend(conn.executed)
 

@@ -1,83 +1,207 @@
-"""Who may act on the dashboard: the bearer token, its login cookie, and CSRF tokens.
+"""Who may see and act on the dashboard: the bearer token, login sessions, and CSRF tokens.
 
-Without BROOQ_TOKEN the dashboard is read-only. With it, an operator logs in
-once with the token; the answer sets a cookie (HttpOnly, SameSite=Strict,
-Path=/ui) whose value is derived from the token with HMAC, so the cookie
-never carries the token itself, a restart keeps sessions valid, and changing
-the token ends them all. Each form carries a CSRF token derived from the
-session; a state-changing request needs the session (cookie or
-``Authorization: Bearer``), a matching CSRF token for a cookie session, and
-no foreign ``Origin``.
+Without BROOQ_TOKEN the dashboard is read-only for everyone. With it, every
+page needs a session: an operator logs in once with the token and gets a
+session of their own (a random id, kept by this process and no other, that
+ends after :data:`SESSION_TTL`, at logout, or at a restart). The cookie
+holds only that id (HttpOnly, SameSite=Strict, Path=/ui; Secure when the
+request came over TLS or remote access is on). Each session has its own
+CSRF token, which every form carries: a state-changing request needs the
+session (cookie or ``Authorization: Bearer``), a matching CSRF token for a
+cookie session, and no foreign ``Origin``. Failed logins are rate-limited
+and logged at warning.
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
+import logging
+import secrets
+import threading
+import time
+from collections import OrderedDict, deque
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
 from brooq.surface.guard import token_matches
 from brooq.surface.wire import Request
 
+log = logging.getLogger("brooq.surface")
+
 COOKIE = "brooq_session"
 COOKIE_PATH = "/ui"
+SESSION_TTL = timedelta(hours=12)
+"""A session ends this long after its login, whatever it does meanwhile."""
+MAX_SESSIONS = 1000
+"""Sessions kept at most; past this the oldest ends (each login makes one)."""
+FAILED_LOGINS_PER_CLIENT = 5
+FAILED_LOGINS_IN_ALL = 20
+FAILED_LOGIN_WINDOW_S = 60.0
+"""At most this many failed logins from one address (and from all) in this window."""
 
 
 class Verdict(StrEnum):
     """What a request may do."""
 
     READ_ONLY = "read_only"
-    """No token configured: nobody may act."""
+    """No token configured: anyone may read, nobody may act."""
     ANONYMOUS = "anonymous"
-    """A token is configured and this request does not carry a session."""
+    """A token is configured and this request carries no session: it may only log in."""
     ALLOWED = "allowed"
 
 
-def _derive(token: str, purpose: str) -> str:
-    return hmac.new(
-        token.encode("utf-8", "surrogateescape"), purpose.encode(), hashlib.sha256
-    ).hexdigest()
+@dataclass(frozen=True)
+class Session:
+    """One login: its CSRF token and when it ends (time.monotonic())."""
+
+    csrf: str
+    ends: float
+
+
+class Sessions:
+    """The sessions of this process; safe to share between threads."""
+
+    def __init__(self, ttl: timedelta = SESSION_TTL, limit: int = MAX_SESSIONS) -> None:
+        self.ttl_s, self.limit = ttl.total_seconds(), limit
+        self._by_id: OrderedDict[str, Session] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def open(self) -> str:
+        """A new session; its id (the cookie's value)."""
+        sid = secrets.token_urlsafe(32)
+        with self._lock:
+            self._by_id[sid] = Session(secrets.token_hex(32), time.monotonic() + self.ttl_s)
+            while len(self._by_id) > self.limit:
+                self._by_id.popitem(last=False)
+        return sid
+
+    def get(self, sid: str) -> Session | None:
+        """The live session ``sid``, or None (unknown, ended or expired)."""
+        if not sid:
+            return None
+        with self._lock:
+            session = self._by_id.get(sid)
+            if session is not None and session.ends <= time.monotonic():
+                del self._by_id[sid]
+                session = None
+        return session
+
+    def end(self, sid: str) -> None:
+        """End session ``sid`` (a logout): its cookie is worth nothing from now on."""
+        with self._lock:
+            self._by_id.pop(sid, None)
+
+
+class LoginThrottle:
+    """Counts failed logins per client address, and in all, over a sliding window."""
+
+    def __init__(
+        self,
+        per_client: int = FAILED_LOGINS_PER_CLIENT,
+        in_all: int = FAILED_LOGINS_IN_ALL,
+        window_s: float = FAILED_LOGIN_WINDOW_S,
+    ) -> None:
+        self.per_client, self.in_all, self.window_s = per_client, in_all, window_s
+        self._failures: deque[tuple[float, str]] = deque()
+        self._lock = threading.Lock()
+
+    def wait_s(self, client: str) -> float:
+        """Seconds before ``client`` may try again (0: now)."""
+        now = time.monotonic()
+        with self._lock:
+            while self._failures and self._failures[0][0] <= now - self.window_s:
+                self._failures.popleft()
+            mine = [at for at, who in self._failures if who == client]
+            for seen, bound in (
+                (mine, self.per_client),
+                ([a for a, _ in self._failures], self.in_all),
+            ):
+                if len(seen) >= bound:
+                    return max(0.1, seen[-bound] + self.window_s - now)
+        return 0.0
+
+    def failed(self, client: str) -> None:
+        """Count one failed login of ``client``."""
+        with self._lock:
+            self._failures.append((time.monotonic(), client))
+            while len(self._failures) > 10 * self.in_all:
+                self._failures.popleft()
 
 
 @dataclass(frozen=True)
+class LoginAnswer:
+    """How a login attempt ends: a session cookie, or a status and why."""
+
+    cookie: str | None = None
+    status: int = 303
+    why: str = ""
+    retry_after_s: float = 0.0
+
+
 class Access:
-    """The dashboard's access rules for one configured token (None: read-only)."""
+    """The dashboard's access rules for one configured token (None: read-only).
 
-    token: str | None
+    ``remote`` (HTTP_ALLOW_REMOTE) marks every session cookie Secure, as
+    does a request that came through a TLS-terminating proxy.
+    """
 
-    def session_value(self) -> str:
-        """The cookie value of a logged-in operator (never the token itself)."""
-        assert self.token
-        return _derive(self.token, "brooq dashboard session")
-
-    def csrf_for(self, request: Request) -> str:
-        """The CSRF token the forms of a page for ``request`` carry ("" when none needed)."""
-        if not self.token:
-            return ""
-        return _derive(self.token, "brooq dashboard csrf:" + self.session_value())
+    def __init__(self, token: str | None, remote: bool = False) -> None:
+        self.token, self.remote = token or None, remote
+        self.sessions = Sessions()
+        self.throttle = LoginThrottle()
 
     def verdict(self, request: Request) -> Verdict:
         """Whether ``request`` carries a valid session (cookie or bearer header)."""
         if not self.token:
             return Verdict.READ_ONLY
-        if self._bearer_ok(request) or self._cookie_ok(request):
+        if self._bearer_ok(request) or self._session(request) is not None:
             return Verdict.ALLOWED
         return Verdict.ANONYMOUS
 
-    def login_ok(self, given: str) -> bool:
-        """True when ``given`` is the configured token (constant time)."""
-        return bool(self.token) and token_matches(given, self.token or "")
+    def csrf_for(self, request: Request) -> str:
+        """The CSRF token the forms of a page for ``request`` carry ("" without a session)."""
+        session = self._session(request)
+        return session.csrf if session is not None else ""
 
-    def set_cookie(self) -> str:
-        """The Set-Cookie value after a login."""
-        return f"{COOKIE}={self.session_value()}; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict"
+    def login(self, request: Request, given: str) -> LoginAnswer:
+        """Check ``given`` against the token; a new session's cookie, or why not."""
+        client = request.client.rpartition(":")[0] or request.client
+        wait = self.throttle.wait_s(client)
+        if wait > 0:
+            log.warning(
+                "dashboard login refused: too many failed logins",
+                extra={"event": "DashboardLoginThrottled", "client": client},
+            )
+            return LoginAnswer(None, 429, "too many failed logins; try again later", wait)
+        if not (self.token and token_matches(given, self.token)):
+            self.throttle.failed(client)
+            log.warning(
+                "dashboard login failed: wrong token",
+                extra={"event": "DashboardLoginFailed", "client": client},
+            )
+            return LoginAnswer(None, 401, "wrong token")
+        sid = self.sessions.open()
+        log.info("dashboard login", extra={"event": "DashboardLogin", "client": client})
+        age = int(self.sessions.ttl_s)
+        return LoginAnswer(self._cookie(request, sid, f"Max-Age={age}"))
 
-    @staticmethod
-    def clear_cookie() -> str:
+    def logout(self, request: Request, form: dict[str, list[str]]) -> tuple[int, str] | None:
+        """End the request's session; None when done, else (status, why).
+
+        A logout changes state, so it needs what an action needs: the
+        session, its CSRF token, and no foreign Origin.
+        """
+        refusal = self.refuse_write(request, form)
+        if refusal is not None:
+            return refusal
+        self.sessions.end(request.cookies.get(COOKIE, ""))
+        return None
+
+    def clear_cookie(self, request: Request) -> str:
         """The Set-Cookie value of a logout."""
-        return f"{COOKIE}=; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict; Max-Age=0"
+        return self._cookie(request, "", "Max-Age=0")
 
     def refuse_write(self, request: Request, form: dict[str, list[str]]) -> tuple[int, str] | None:
         """None when ``request`` may change something; else (status, why).
@@ -91,12 +215,22 @@ class Access:
             return 403, "the request comes from another site (Origin mismatch)"
         if self._bearer_ok(request):
             return None  # a script with the token: no cookie, so no cross-site forgery
-        if not self._cookie_ok(request):
+        session = self._session(request)
+        if session is None:
             return 401, "log in with the token first"
         given = (form.get("csrf") or [""])[0]
-        if not hmac.compare_digest(given.encode(), self.csrf_for(request).encode()):
+        if not hmac.compare_digest(given.encode(), session.csrf.encode()):
             return 403, "missing or wrong CSRF token: reload the page and try again"
         return None
+
+    def _cookie(self, request: Request, value: str, age: str) -> str:
+        secure = "; Secure" if self.remote or came_over_tls(request) else ""
+        return f"{COOKIE}={value}; Path={COOKIE_PATH}; HttpOnly; SameSite=Strict; {age}{secure}"
+
+    def _session(self, request: Request) -> Session | None:
+        if not self.token:
+            return None
+        return self.sessions.get(request.cookies.get(COOKIE, ""))
 
     def _bearer_ok(self, request: Request) -> bool:
         values = request.header_values("authorization")
@@ -105,9 +239,16 @@ class Access:
         scheme, _, given = values[0].strip().partition(" ")
         return scheme.lower() == "bearer" and token_matches(given.strip(), self.token)
 
-    def _cookie_ok(self, request: Request) -> bool:
-        given = request.cookies.get(COOKIE, "")
-        return bool(given) and hmac.compare_digest(given.encode(), self.session_value().encode())
+
+def came_over_tls(request: Request) -> bool:
+    """True when a proxy says the client used HTTPS (``X-Forwarded-Proto`` or ``Forwarded``).
+
+    Trusting it can only make a cookie stricter: at worst a Secure cookie
+    that a plain-HTTP browser does not send back.
+    """
+    proto = (request.header("x-forwarded-proto") or "").split(",")[0].strip().lower()
+    forwarded = (request.header("forwarded") or "").lower().replace(" ", "")
+    return proto == "https" or "proto=https" in forwarded
 
 
 def same_origin(request: Request) -> bool:

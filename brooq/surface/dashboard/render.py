@@ -17,6 +17,9 @@ from typing import Any
 import jinja2
 
 from brooq.engine.inspection import MinuteCount
+from brooq.surface.dashboard.access import Access, Verdict
+from brooq.surface.dashboard.forms import HTML, first
+from brooq.surface.wire import Request, Response
 from brooq.vocabulary import format_duration
 
 
@@ -108,3 +111,31 @@ def chart(minutes: Sequence[MinuteCount], width: int = 720, height: int = 160) -
         minutes[0].minute if minutes else None,
         minutes[-1].minute if minutes else None,
     )
+
+
+class Screen:
+    """Renders the dashboard's pages for a request: the session's rights, CSRF, the notice."""
+
+    def __init__(self, access: Access, where: str) -> None:
+        self.access, self.where = access, where
+
+    def render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> Response:
+        """Template ``template`` as an HTML answer for ``request``."""
+        verdict = self.access.verdict(request)
+        html = page(
+            template,
+            verdict=str(verdict),
+            can_act=verdict is Verdict.ALLOWED,
+            csrf=self.access.csrf_for(request) if verdict is Verdict.ALLOWED else "",
+            where=self.where,
+            path=request.path,
+            notice=first(request.query, "notice"),
+            **context,
+        )
+        return Response(status, html.encode(), [], HTML)
+
+    def message(self, request: Request, status: int, title: str, text: str) -> Response:
+        """A page that says ``title`` and ``text``, and nothing else."""
+        return self.render(request, "message.html", status, title=title, text=text)

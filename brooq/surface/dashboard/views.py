@@ -1,43 +1,33 @@
-"""The dashboard's pages and actions, as routes of the surface's Router.
+"""The dashboard as routes of the surface's Router: pages, actions, login and static assets.
 
 Pages (GET, anyone who can reach the address): the overview at ``/ui``, the
 job list at ``/ui/jobs`` (the filters of ``brooq jobs list``, keyset paging)
-and a job's page at ``/ui/jobs/<id>``. Actions (POST, the token's holder
-only, see brooq.surface.dashboard.access): retry and cancel one job, retry
-the filtered dead (or canceled) jobs, purge the filtered terminal ones. An
-action first answers a confirmation page; only the form posted from it with
-``confirm=yes`` changes anything. Handlers run in the surface's threads, on
-ports of their own (never the supervisor loop's connections).
+and a job's page at ``/ui/jobs/<id>`` (brooq.surface.dashboard.pages).
+Actions (POST, the token's holder only, see brooq.surface.dashboard.access
+and brooq.surface.dashboard.actions). Handlers run in the surface's threads,
+on ports of their own (never the supervisor loop's connections).
 """
 
 from __future__ import annotations
 
 import logging
-import re
+import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from datetime import timedelta
 from functools import cache
 from importlib.resources import files
-from typing import Any
-from urllib.parse import urlencode, urlsplit
 
-from brooq.engine.admin import PURGEABLE, RETRYABLE, Admin
-from brooq.engine.filters import JobFilter, filter_of
-from brooq.engine.inspection import Inspection, SupervisorRow
 from brooq.surface.dashboard.access import Access, Verdict
-from brooq.surface.dashboard.render import chart, page
+from brooq.surface.dashboard.actions import Actions
+from brooq.surface.dashboard.forms import HTML, redirect
+from brooq.surface.dashboard.pages import DashboardPorts, Pages
+from brooq.surface.dashboard.pool import PortPool
+from brooq.surface.dashboard.render import Screen
 from brooq.surface.router import Router
 from brooq.surface.wire import Request, Response
-from brooq.vocabulary import InvalidInput, JobNotFound, SchemaMissing, State, StoreUnavailable
+from brooq.vocabulary import JobNotFound, SchemaMissing, StoreUnavailable
 
 log = logging.getLogger("brooq.surface")
 
-HTML = "text/html; charset=utf-8"
-STATES = tuple(str(s) for s in State)
-MAX_ROWS_PER_ACTION = 5000
-"""A bulk action from the page changes at most this many rows (repeat it for more)."""
-CHART_WINDOW = timedelta(hours=1)
 SECURITY_HEADERS = [
     (
         "Content-Security-Policy",
@@ -53,50 +43,84 @@ STATIC = {
     "dashboard.js": "text/javascript; charset=utf-8",
 }
 
-
-@dataclass(frozen=True)
-class DashboardPorts:
-    """What the dashboard reads and changes; each object must be safe to share between threads."""
-
-    inspection: Inspection
-    admin: Admin
+__all__ = ["Dashboard", "DashboardPorts"]
 
 
 class Dashboard:
-    """The dashboard's routes for one set of ports and one token (None: read-only)."""
+    """The dashboard's routes over a pool of ports and one token (None: read-only).
 
-    def __init__(self, ports: DashboardPorts, token: str | None, where: str = "supervisor") -> None:
-        self.ports, self.access, self.where = ports, Access(token or None), where
+    With a token every page needs a session (see brooq.surface.dashboard.access);
+    ``remote`` (HTTP_ALLOW_REMOTE) makes every session cookie Secure.
+    """
+
+    def __init__(
+        self, ports: PortPool, token: str | None, where: str = "supervisor", remote: bool = False
+    ) -> None:
+        self.ports, self.access, self.where = ports, Access(token, remote), where
+        self.screen = Screen(self.access, where)
+        self.pages = Pages(self.screen)
+        self.actions = Actions(self.screen)
 
     def routes(self, router: Router) -> Router:
         """Add ``/``, ``/ui``, its pages, actions, login and static assets to ``router``."""
+        pages, actions, reads = self.pages, self.actions, self._reading
         router.add("GET", "/", lambda r: redirect("/ui"))
-        router.add("GET", "/ui", self._page(self.overview))
+        router.add("GET", "/ui", reads(pages.overview))
         router.add("GET", "/ui/", lambda r: redirect("/ui"))
-        router.add("GET", "/ui/jobs", self._page(self.jobs))
-        router.add_pattern("GET", f"/ui/jobs/{JOB_ID}", self._page(self.job))
-        router.add("POST", "/ui/jobs/retry", self._page(self.retry_filtered))
-        router.add("POST", "/ui/jobs/purge", self._page(self.purge_filtered))
-        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/retry", self._page(self.retry_one))
-        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/cancel", self._page(self.cancel_one))
+        router.add("GET", "/ui/jobs", reads(pages.jobs))
+        router.add_pattern("GET", f"/ui/jobs/{JOB_ID}", reads(pages.job))
+        router.add("POST", "/ui/jobs/retry", reads(actions.retry_filtered))
+        router.add("POST", "/ui/jobs/purge", reads(actions.purge_filtered))
+        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/retry", reads(actions.retry_one))
+        router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/cancel", reads(actions.cancel_one))
         router.add(("GET", "POST"), "/ui/login", self._page(self.login))
         router.add("POST", "/ui/logout", self._page(self.logout))
         router.add_pattern("GET", r"/ui/static/(?P<name>[a-z]+\.(?:css|js))", static)
         return router
 
-    # --- plumbing -------------------------------------------------------------------------
+    def _reading(
+        self, handler: Callable[[Request, DashboardPorts], Response]
+    ) -> Callable[[Request], Response]:
+        """``handler`` on ports lent for the request; 503 at once when none is free."""
+
+        def serve(request: Request) -> Response:
+            if self.access.verdict(request) is Verdict.ANONYMOUS:
+                return self._login_first(request)
+            with self.ports.lease() as ports:
+                if ports is None:
+                    return self._busy(request)
+                return handler(request, ports)
+
+        return self._page(serve)
+
+    def _login_first(self, request: Request) -> Response:
+        """With a token configured, every page needs a session: a reader goes to the login."""
+        if request.method in ("GET", "HEAD"):
+            return redirect("/ui/login", "log in with the token to see the dashboard")
+        return self.screen.message(request, 401, "Action refused", "log in with the token first")
+
+    def _busy(self, request: Request) -> Response:
+        log.debug("dashboard page shed", extra={"event": "HttpShed", "path": request.path})
+        response = self.screen.message(
+            request,
+            503,
+            "Busy",
+            f"{self.ports.size} pages are being read already: reload this one in a moment",
+        )
+        response.headers.append(("Retry-After", "1"))
+        return response
 
     def _page(self, handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def serve(request: Request) -> Response:
             try:
                 response = handler(request)
             except JobNotFound as exc:
-                response = self._message(request, 404, "Not found", str(exc))
+                response = self.screen.message(request, 404, "Not found", str(exc))
             except SchemaMissing as exc:
-                response = self._message(request, 503, "Database not migrated", str(exc))
+                response = self.screen.message(request, 503, "Database not migrated", str(exc))
             except StoreUnavailable as exc:
                 log.warning("dashboard: %s", exc, extra={"event": "DatabaseUnavailable"})
-                response = self._message(
+                response = self.screen.message(
                     request,
                     503,
                     "Database unavailable",
@@ -108,323 +132,36 @@ class Dashboard:
 
         return serve
 
-    def _render(
-        self, request: Request, template: str, status: int = 200, **context: Any
-    ) -> Response:
-        verdict = self.access.verdict(request)
-        html = page(
-            template,
-            verdict=str(verdict),
-            can_act=verdict is Verdict.ALLOWED,
-            csrf=self.access.csrf_for(request) if verdict is Verdict.ALLOWED else "",
-            where=self.where,
-            path=request.path,
-            notice=_first(request.query, "notice"),
-            **context,
-        )
-        return Response(status, html.encode(), [], HTML)
-
-    def _message(self, request: Request, status: int, title: str, text: str) -> Response:
-        return self._render(request, "message.html", status, title=title, text=text)
-
-    # --- pages ----------------------------------------------------------------------------
-
-    def overview(self, request: Request) -> Response:
-        """Counts per topic × state, oldest ready age, throughput, live workers."""
-        inspection = self.ports.inspection
-        depth = inspection.depth()
-        ready = inspection.oldest_ready()
-        minutes = inspection.throughput(CHART_WINDOW)
-        supervisors = _live(inspection)
-        counts: dict[str, dict[str, int]] = {}
-        for row in depth:
-            counts.setdefault(row.topic, dict.fromkeys(STATES, 0))[row.state] = row.jobs
-        for topic in ready:
-            counts.setdefault(topic, dict.fromkeys(STATES, 0))
-        served = {t for s in supervisors or [] for t in s.topics}
-        unserved = sorted(t for t in ready if t not in served) if supervisors is not None else []
-        totals = {s: sum(c[s] for c in counts.values()) for s in STATES}
-        return self._render(
-            request,
-            "overview.html",
-            counts=dict(sorted(counts.items())),
-            states=STATES,
-            totals=totals,
-            ready=ready,
-            unserved=unserved,
-            supervisors=supervisors,
-            chart=chart(minutes),
-        )
-
-    def jobs(self, request: Request) -> Response:
-        """A page of jobs under the filters of the query string."""
-        try:
-            where = query_filter(request.query)
-        except InvalidInput as exc:
-            return self._render(
-                request,
-                "jobs.html",
-                400,
-                error=str(exc),
-                page=None,
-                total=None,
-                form=_form(request.query),
-                topics=self._topics(),
-                states=STATES,
-                next_url=None,
-                bulk=None,
-                query="",
-            )
-        listing = self.ports.inspection.list_jobs(where)
-        total = self.ports.inspection.count_jobs(where)
-        form = _form(request.query)
-        next_url = None
-        if listing.next is not None:
-            next_url = "/ui/jobs?" + urlencode(
-                [*_filter_pairs(request.query), ("after", listing.next.encode())]
-            )
-        bulk = str(where.state) if where.state in (*RETRYABLE, *PURGEABLE) else None
-        return self._render(
-            request,
-            "jobs.html",
-            error=None,
-            page=listing,
-            total=total,
-            form=form,
-            topics=self._topics(),
-            states=STATES,
-            next_url=next_url,
-            bulk=bulk,
-            query=urlencode(_filter_pairs(request.query)),
-        )
-
-    def job(self, request: Request) -> Response:
-        """One job's whole row."""
-        record = self.ports.inspection.job(request.params["job_id"])
-        return self._render(request, "job.html", job=record, state=str(record.state))
-
-    def _topics(self) -> list[str]:
-        try:
-            return sorted({row.topic for row in self.ports.inspection.depth()})
-        except StoreUnavailable:
-            return []
-
-    # --- actions --------------------------------------------------------------------------
-
-    def _authorize(self, request: Request) -> tuple[dict[str, list[str]], Response | None]:
-        form = request.form()
-        refusal = self.access.refuse_write(request, form)
-        if refusal is None:
-            return form, None
-        status, why = refusal
-        return form, self._message(request, status, "Action refused", why)
-
-    def retry_one(self, request: Request) -> Response:
-        """Retry one dead (or canceled) job: pending now, attempts reset."""
-        form, refused = self._authorize(request)
-        if refused:
-            return refused
-        record = self.ports.inspection.job(request.params["job_id"])
-        target = f"/ui/jobs/{record.id}"
-        if record.state not in RETRYABLE:
-            return redirect(
-                target, f"job is {record.state}: only dead or canceled jobs are retried"
-            )
-        if not _confirmed(form):
-            return self._confirm(
-                request, f"Retry job {record.id} ({record.topic}, {record.state})?", "retry", []
-            )
-        where = JobFilter(ids=(record.id,), state=State(record.state), limit=1)
-        retried = self.ports.admin.retry(where)
-        return redirect(
-            target,
-            "retried: the job is pending again"
-            if retried
-            else "not retried: the job changed meanwhile",
-        )
-
-    def cancel_one(self, request: Request) -> Response:
-        """Cancel one job that is not terminal (a running handler is interrupted)."""
-        form, refused = self._authorize(request)
-        if refused:
-            return refused
-        record = self.ports.inspection.job(request.params["job_id"])
-        target = f"/ui/jobs/{record.id}"
-        if not _confirmed(form):
-            return self._confirm(
-                request, f"Cancel job {record.id} ({record.topic}, {record.state})?", "cancel", []
-            )
-        canceled = self.ports.admin.cancel(record.id, "canceled from the dashboard")
-        return redirect(
-            target, "canceled" if canceled else f"not canceled: the job is already {record.state}"
-        )
-
-    def retry_filtered(self, request: Request) -> Response:
-        """Retry every dead (or canceled) job the posted filters match."""
-        return self._bulk(request, "retry", RETRYABLE)
-
-    def purge_filtered(self, request: Request) -> Response:
-        """Delete every terminal job the posted filters match, in batches."""
-        return self._bulk(request, "purge", PURGEABLE)
-
-    def _bulk(self, request: Request, action: str, states: tuple[State, ...]) -> Response:
-        form, refused = self._authorize(request)
-        if refused:
-            return refused
-        pairs = [(k, v) for k in ("topic", "state", "since", "until") for v in form.get(k, [])]
-        try:
-            where = query_filter(
-                {k: [v for kk, v in pairs if kk == k] for k, _ in pairs}, states=states
-            )
-        except InvalidInput as exc:
-            return self._message(request, 400, "Bad filter", str(exc))
-        if where.state is None:
-            return self._message(
-                request,
-                400,
-                "Bad filter",
-                f"{action} needs a state: one of " + ", ".join(str(s) for s in states),
-            )
-        where = replace(where, limit=MAX_ROWS_PER_ACTION, after=None)
-        back = "/ui/jobs?" + urlencode(pairs)
-        if not _confirmed(form):
-            count = self.ports.inspection.count_jobs(replace(where, limit=0))
-            verb = "Retry" if action == "retry" else "Delete"
-            return self._confirm(
-                request,
-                f"{verb} {count} {where.state} job{'s' * (count != 1)} matching this filter?",
-                action,
-                pairs,
-                count=count,
-            )
-        if action == "retry":
-            done = len(self.ports.admin.retry(where))
-            note = f"retried {done} job{'s' * (done != 1)}"
-        else:
-            done = self.ports.admin.purge(where)
-            note = f"purged {done} job{'s' * (done != 1)}"
-        if done >= MAX_ROWS_PER_ACTION:
-            note += f" (at most {MAX_ROWS_PER_ACTION} per click: repeat for the rest)"
-        return redirect(back, note)
-
-    def _confirm(
-        self,
-        request: Request,
-        question: str,
-        action: str,
-        pairs: list[tuple[str, str]],
-        count: int | None = None,
-    ) -> Response:
-        return self._render(
-            request,
-            "confirm.html",
-            question=question,
-            action=request.path,
-            verb=action,
-            pairs=pairs,
-            count=count,
-            back=_back(request),
-        )
-
     def login(self, request: Request) -> Response:
-        """The token login: a form, and on POST the session cookie."""
+        """The token login: a form, and on POST a new session and its cookie."""
         if request.method == "GET":
-            return self._render(request, "login.html", error=None)
+            return self.screen.render(request, "login.html", error=None)
         if not self.access.token:
-            return self._message(
+            return self.screen.message(
                 request,
                 403,
                 "Read-only",
                 "no BROOQ_TOKEN is configured: there is nothing to log in to",
             )
-        given = (request.form().get("token") or [""])[0]
-        if not self.access.login_ok(given):
-            return self._render(request, "login.html", 401, error="wrong token")
+        answer = self.access.login(request, (request.form().get("token") or [""])[0])
+        if answer.cookie is None:
+            response = self.screen.render(request, "login.html", answer.status, error=answer.why)
+            if answer.retry_after_s:
+                response.headers.append(("Retry-After", str(math.ceil(answer.retry_after_s))))
+            return response
         response = redirect("/ui", "logged in: actions are enabled")
-        response.headers.append(("Set-Cookie", self.access.set_cookie()))
+        response.headers.append(("Set-Cookie", answer.cookie))
         return response
 
     def logout(self, request: Request) -> Response:
-        """Forget the session cookie."""
-        response = redirect("/ui", "logged out")
-        response.headers.append(("Set-Cookie", Access.clear_cookie()))
+        """End the session (the form's CSRF token needed) and forget its cookie."""
+        refused = self.access.logout(request, request.form())
+        if refused is not None:
+            status, why = refused
+            return self.screen.message(request, status, "Logout refused", why)
+        response = redirect("/ui/login", "logged out")
+        response.headers.append(("Set-Cookie", self.access.clear_cookie(request)))
         return response
-
-
-def query_filter(
-    query: dict[str, list[str]], states: tuple[State, ...] = tuple(State)
-) -> JobFilter:
-    """The JobFilter of a query string or form; InvalidInput for any bad value."""
-
-    def one(name: str) -> str | None:
-        value = (query.get(name) or [""])[0].strip()
-        return value or None
-
-    limit = one("limit")
-    if limit is not None and not limit.isdigit():
-        raise InvalidInput(f"limit {limit!r}: give a positive number")
-    return filter_of(
-        topics=[t for v in query.get("topic", []) for t in v.split(",")],
-        state=one("state"),
-        since=one("since"),
-        until=one("until"),
-        limit=int(limit) if limit else None,
-        after=one("after"),
-        states=states,
-        default_limit=50,
-        flag="",
-    )
-
-
-def _filter_pairs(query: dict[str, list[str]]) -> list[tuple[str, str]]:
-    return [
-        (k, v)
-        for k in ("topic", "state", "since", "until", "limit")
-        for v in query.get(k, [])
-        if v.strip()
-    ]
-
-
-def _form(query: dict[str, list[str]]) -> dict[str, Any]:
-    return {
-        "topics": [t for v in query.get("topic", []) for t in v.split(",") if t],
-        **{k: (query.get(k) or [""])[0] for k in ("state", "since", "until", "limit")},
-    }
-
-
-def _first(query: dict[str, list[str]], name: str) -> str | None:
-    values = query.get(name)
-    return values[0][:300] if values else None
-
-
-def _back(request: Request) -> str:
-    """Where "go back" leads: the referring page when it is one of the dashboard's, else /ui."""
-    parts = urlsplit(request.header("referer") or "")
-    target = parts.path + (f"?{parts.query}" if parts.query else "")
-    return target if _SAFE_PATH.fullmatch(target) else "/ui"
-
-
-def _confirmed(form: dict[str, list[str]]) -> bool:
-    return (form.get("confirm") or [""])[0] == "yes"
-
-
-def _live(inspection: Inspection) -> list[SupervisorRow] | None:
-    try:
-        return [row for row in inspection.supervisors() if row.alive]
-    except SchemaMissing:
-        return None
-
-
-_SAFE_PATH = re.compile(r"/ui(/[A-Za-z0-9/_-]*)?(\?[^\r\n]*)?")
-
-
-def redirect(location: str, notice: str | None = None) -> Response:
-    """303 See Other to a path of the dashboard (never elsewhere), with a notice to show."""
-    if not _SAFE_PATH.fullmatch(location):
-        location = "/ui"
-    if notice:
-        location += ("&" if "?" in location else "?") + urlencode({"notice": notice})
-    return Response(303, b"", [("Location", location)], HTML)
 
 
 @cache

@@ -8,10 +8,14 @@
   connection is used (the one a closed descriptor would wedge);
 - ``err.*``: exceptions whose text is hostile (a lone surrogate, a ``__str__``
   that raises KeyboardInterrupt, 10 MB, terminal escapes and line separators,
-  the DSN and its password);
+  the DSN and its password, the environment, words that hold the test
+  cluster's password ``brooq``);
 - ``fork.grandchild``: forks a process that ignores SIGTERM and sleeps (in a
   session of its own when the payload says ``setsid``); its pid goes to the
-  file named by the payload's ``pidfile``.
+  file named by the payload's ``pidfile``;
+- ``fork.escape-twice``: forks a process that starts a session of its own and
+  forks another that starts one more (two process groups escaped); both
+  ignore SIGTERM and sleep; their pids go to the ``pidfile``.
 """
 
 from __future__ import annotations
@@ -86,6 +90,12 @@ def password_in_error(claim: brooq.Claim) -> None:
     raise ValueError(f'invalid percent-encoded token: "{_password()}"')
 
 
+def environment_in_error(claim: brooq.Claim) -> None:
+    """What a handler that prints its environment into an exception raises."""
+    shown = {k: v for k, v in os.environ.items() if k.startswith(("BROOQ_", "DATABASE_"))}
+    raise RuntimeError(f"bad configuration: {shown}")
+
+
 def fork_grandchild(claim: brooq.Claim) -> None:
     """Leave a process behind that ignores SIGTERM (and keeps the worker's title)."""
     pid = os.fork()
@@ -99,6 +109,30 @@ def fork_grandchild(claim: brooq.Claim) -> None:
             os._exit(0)
     with open(claim.payload["pidfile"], "w") as f:
         f.write(str(pid))
+
+
+def escape_twice(claim: brooq.Claim) -> None:
+    """Leave two processes behind, each in a session of its own, the second forked by the first."""
+    read_end, write_end = os.pipe()
+    if os.fork() == 0:
+        try:
+            os.close(read_end)
+            os.setsid()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            inner = os.fork()
+            if inner == 0:
+                os.close(write_end)
+                os.setsid()  # out of the first escapee's group too
+                time.sleep(600)
+            else:
+                os.write(write_end, f"{os.getpid()} {inner}".encode())
+                os.close(write_end)
+                time.sleep(600)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe, open(claim.payload["pidfile"], "w") as f:
+        f.write(pipe.read())
 
 
 queue.register("noop", noop, max_attempts=3, **RETRY)
@@ -116,4 +150,11 @@ queue.register(
 )
 queue.register("err.dsn", dsn_in_error, max_attempts=1)
 queue.register("err.password", password_in_error, max_attempts=1)
+queue.register("err.environment", environment_in_error, max_attempts=1)
+queue.register(
+    "err.words",
+    _raise(RuntimeError("brooq.Delay(5) is no error of /srv/brooq/engine/executor.py")),
+    max_attempts=1,
+)
 queue.register("fork.grandchild", fork_grandchild, max_attempts=1)
+queue.register("fork.escape-twice", escape_twice, max_attempts=1)

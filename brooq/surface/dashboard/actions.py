@@ -1,0 +1,145 @@
+"""The dashboard's actions (POST, the token's holder only): retry and cancel one job, retry
+or purge the filtered ones.
+
+An action first answers a confirmation page; only the form posted from it
+with ``confirm=yes`` changes anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from urllib.parse import urlencode
+
+from brooq.engine.admin import PURGEABLE, RETRYABLE
+from brooq.engine.filters import JobFilter
+from brooq.surface.dashboard.forms import FILTER_FIELDS, back, confirmed, query_filter, redirect
+from brooq.surface.dashboard.pages import DashboardPorts
+from brooq.surface.dashboard.render import Screen
+from brooq.surface.wire import Request, Response
+from brooq.vocabulary import InvalidInput, State
+
+MAX_ROWS_PER_ACTION = 5000
+"""A bulk action from the page changes at most this many rows (repeat it for more)."""
+
+
+class Actions:
+    """The actions, over the ports lent to each, refused unless the session may act."""
+
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
+
+    def _authorize(self, request: Request) -> tuple[dict[str, list[str]], Response | None]:
+        form = request.form()
+        refusal = self.screen.access.refuse_write(request, form)
+        if refusal is None:
+            return form, None
+        status, why = refusal
+        return form, self.screen.message(request, status, "Action refused", why)
+
+    def retry_one(self, request: Request, ports: DashboardPorts) -> Response:
+        """Retry one dead (or canceled) job: pending now, attempts reset."""
+        form, refused = self._authorize(request)
+        if refused:
+            return refused
+        record = ports.inspection.job(request.params["job_id"])
+        target = f"/ui/jobs/{record.id}"
+        if record.state not in RETRYABLE:
+            return redirect(
+                target, f"job is {record.state}: only dead or canceled jobs are retried"
+            )
+        if not confirmed(form):
+            return self._confirm(
+                request, f"Retry job {record.id} ({record.topic}, {record.state})?", "retry", []
+            )
+        where = JobFilter(ids=(record.id,), state=State(record.state), limit=1)
+        retried = ports.admin.retry(where)
+        return redirect(
+            target,
+            "retried: the job is pending again"
+            if retried
+            else "not retried: the job changed meanwhile",
+        )
+
+    def cancel_one(self, request: Request, ports: DashboardPorts) -> Response:
+        """Cancel one job that is not terminal (a running handler is interrupted)."""
+        form, refused = self._authorize(request)
+        if refused:
+            return refused
+        record = ports.inspection.job(request.params["job_id"])
+        target = f"/ui/jobs/{record.id}"
+        if not confirmed(form):
+            return self._confirm(
+                request, f"Cancel job {record.id} ({record.topic}, {record.state})?", "cancel", []
+            )
+        canceled = ports.admin.cancel(record.id, "canceled from the dashboard")
+        return redirect(
+            target, "canceled" if canceled else f"not canceled: the job is already {record.state}"
+        )
+
+    def retry_filtered(self, request: Request, ports: DashboardPorts) -> Response:
+        """Retry every dead (or canceled) job the posted filters match."""
+        return self._bulk(request, ports, "retry", RETRYABLE)
+
+    def purge_filtered(self, request: Request, ports: DashboardPorts) -> Response:
+        """Delete every terminal job the posted filters match, in batches."""
+        return self._bulk(request, ports, "purge", PURGEABLE)
+
+    def _bulk(
+        self, request: Request, ports: DashboardPorts, action: str, states: tuple[State, ...]
+    ) -> Response:
+        form, refused = self._authorize(request)
+        if refused:
+            return refused
+        pairs = [(k, v) for k in FILTER_FIELDS for v in form.get(k, [])]
+        try:
+            where = query_filter(
+                {k: [v for kk, v in pairs if kk == k] for k, _ in pairs}, states=states
+            )
+        except InvalidInput as exc:
+            return self.screen.message(request, 400, "Bad filter", str(exc))
+        if where.state is None:
+            return self.screen.message(
+                request,
+                400,
+                "Bad filter",
+                f"{action} needs a state: one of " + ", ".join(str(s) for s in states),
+            )
+        where = replace(where, limit=MAX_ROWS_PER_ACTION, after=None)
+        if not confirmed(form):
+            count = ports.inspection.count_jobs(replace(where, limit=0))
+            verb = "Retry" if action == "retry" else "Delete"
+            return self._confirm(
+                request,
+                f"{verb} {count} {where.state} job{'s' * (count != 1)} matching this filter?",
+                action,
+                pairs,
+                count=count,
+            )
+        if action == "retry":
+            done = len(ports.admin.retry(where))
+            note = f"retried {done} job{'s' * (done != 1)}"
+        else:
+            done = ports.admin.purge(where)
+            note = f"purged {done} job{'s' * (done != 1)}"
+        if done >= MAX_ROWS_PER_ACTION:
+            note += f" (at most {MAX_ROWS_PER_ACTION} per click: repeat for the rest)"
+        return redirect("/ui/jobs?" + urlencode(pairs), note)
+
+    def _confirm(
+        self,
+        request: Request,
+        question: str,
+        action: str,
+        pairs: list[tuple[str, str]],
+        count: int | None = None,
+    ) -> Response:
+        return self.screen.render(
+            request,
+            "confirm.html",
+            question=question,
+            action=request.path,
+            verb=action,
+            pairs=pairs,
+            count=count,
+            back=back(request),
+        )
