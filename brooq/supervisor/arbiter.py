@@ -155,6 +155,7 @@ class Supervisor(Wiring):
         self.claim(now)
         self.maintain(now)
         self.complete(now)
+        self.publish_health(now)
         if self.pacer.housekeeping_due(now):
             self.probe_database(now)
             self.reload_step(now)
@@ -162,7 +163,6 @@ class Supervisor(Wiring):
             self.db.check_stuck(now)
             self.report_ready()
             self.register(now)
-            self.publish_health(now)
 
     def wait(self) -> None:
         """Sleep until a signal, a worker's message, a database result, a NOTIFY or a deadline

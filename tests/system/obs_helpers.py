@@ -115,7 +115,7 @@ def exported_metric_names() -> set[str]:
     source = (ROOT / "brooq" / "metrics.py").read_text()
     names: set[str] = set()
     for kind, name in re.findall(
-        r'(Counter|Gauge|Histogram|MetricFamily)\(\s*"(brooq_\w+)"', source
+        r'(Counter|Gauge|Histogram|MetricFamily|counter)\(\s*"(brooq_\w+)"', source
     ):
         names.add(name)
         if kind == "Histogram":
