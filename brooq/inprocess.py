@@ -142,6 +142,7 @@ class InProcessSlot:
             settings.lease,
             options.topics,
             _KeeperListener(self.keeper, LoggingListener(every_job=settings.log_jobs)),
+            max_result_bytes=settings.max_result_bytes,
         )
         self.waker = Listener(listen, cancels=False)
         self.reaper = Reaper(self.store, Every(settings.reaper_period), settings.max_expirations)

@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from brooq.engine.kinds import Handler, Registry
 from brooq.engine.periodic import check_schedule
@@ -17,6 +17,7 @@ from brooq.postgres.enqueue import enqueue_on_async
 from brooq.postgres.store import PostgresStore, is_database_source
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_RESULT_BYTES,
     Enqueued,
     InvalidJob,
     Job,
@@ -68,20 +69,29 @@ class Queue:
         *,
         notify: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         defaults: KindOptions | None = None,
         pgbouncer: bool = False,
+        listen_url: str | None = None,
     ) -> None:
         self.source = source
         if pgbouncer:
             use_pgbouncer()  # before any connection: they are all opened lazily
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
+        self.max_result_bytes = max_result_bytes
+        self.listen_url = listen_url
         self._code_defaults = defaults or KindOptions()
         self.registry = Registry(defaults) if defaults else Registry()
         self.schedules: list[Schedule] = []
         self._store: Store | None = None
         if is_database_source(source):
-            self._store = PostgresStore(source, notify=notify, max_payload_bytes=max_payload_bytes)
+            self._store = PostgresStore(
+                source,
+                notify=notify,
+                max_payload_bytes=max_payload_bytes,
+                listen_dsn=listen_url or "auto",
+            )
         elif source is not None:
             self._store = cast(Store, source)  # what is left of the union
 
@@ -125,9 +135,19 @@ class Queue:
             dsn = self.dsn()
             assert dsn is not None
             self._store = PostgresStore(
-                dsn, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+                dsn,
+                notify=self.notify,
+                max_payload_bytes=self.max_payload_bytes,
+                listen_dsn=self.listen_url or self._settings_listen_dsn(dsn),
             )
         return self._store
+
+    @staticmethod
+    def _settings_listen_dsn(dsn: str) -> str | Literal["auto"] | None:
+        """QUEUE_LISTEN_URL from the settings, when the DSN came from them too."""
+        from brooq.config import load_settings
+
+        return load_settings().listen_dsn(dsn) or "auto"
 
     def kind(self, topic: str, **options: Any) -> Callable[[H], H]:
         """Decorator registering a handler for ``topic`` with KindOptions fields.
@@ -220,6 +240,25 @@ class Queue:
         """
         return self.store.cancel(job_id, reason)
 
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """What the handler of job ``job_id`` returned (decoded JSON; None when it returned
+        nothing), once the job is ``done``.
+
+        While the job is pending, failed and waiting for its retry, or running, this waits
+        up to ``timeout`` seconds (None: as long as it takes), woken by the supervisor's
+        one NOTIFY per batch of outcomes (or, through a transaction-pooling PgBouncer
+        without QUEUE_LISTEN_URL, by reading the row every second), then raises
+        ``brooq.ResultTimeout``. A job that ended without success raises
+        ``brooq.JobDead`` or ``brooq.JobCanceled`` (both ``brooq.JobFailed``, with the
+        job's ``last_error``); an unknown or retained-away id ``brooq.JobNotFound``.
+        The wait holds a connection of its own, never one idle in a transaction.
+        """
+        return self.store.result(job_id, timeout)
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio apps: the same, awaited, never blocking the loop."""
+        return await self.store.result_async(job_id, timeout)
+
     def get(self, job_id: str) -> JobRecord:
         """The job's row (its whole fate). Raises JobNotFound."""
         return self.store.get(job_id)
@@ -242,6 +281,7 @@ class Queue:
             holder=holder_id(),
             lease=coerce_duration(lease, name="lease"),
             topics=topics,
+            max_result_bytes=self.max_result_bytes,
         )
         drained = Drained()
         try:

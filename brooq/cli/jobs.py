@@ -154,7 +154,11 @@ def job_lines(record: JobRecord) -> list[str]:
     width = max(len(k) for k in row)
     lines = []
     for key, value in row.items():
-        shown = json.dumps(value, ensure_ascii=False) if key == "payload" else value
+        shown = (
+            json.dumps(value, ensure_ascii=False)
+            if key == "payload" or (key == "result" and value is not None)
+            else value
+        )
         lines.append(f"{key:<{width}}  {'' if shown is None else safe(shown)}")
     if trace:
         lines.append("last_traceback:")

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,16 @@ from brooq.engine.interrupts import InterruptScope
 from brooq.engine.kinds import Kind, Registry
 from brooq.engine.outcome import Outcome, SettleKind, decide, describe_error
 from brooq.engine.store import Claimed, PayloadUndecodable
-from brooq.vocabulary import Claim, KindNotRegistered, KindOptions, Lease
+from brooq.vocabulary import (
+    DEFAULT_MAX_RESULT_BYTES,
+    Claim,
+    KindNotRegistered,
+    KindOptions,
+    Lease,
+    ResultNotJSON,
+    ResultTooLarge,
+    encode_result,
+)
 
 log = logging.getLogger("brooq.runner")
 
@@ -49,8 +58,9 @@ class Executed:
 class Executor:
     """Runs handlers in the calling thread (the main thread gets soft interrupts)."""
 
-    def __init__(self, kinds: Registry) -> None:
+    def __init__(self, kinds: Registry, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> None:
         self.kinds = kinds
+        self.max_result_bytes = max_result_bytes
         self.interrupts = InterruptScope()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -72,8 +82,15 @@ class Executor:
             dead = Outcome(SettleKind.DEAD, "dead", error=describe_error(exc))
             return Executed(claimed, dead, options, None, started)
         claim = self._claim(claimed, payload, options)
-        error = self._call(kind, claim, options.attempt_timeout)
+        error, result = self._call(kind, claim, options.attempt_timeout)
+        if error is None:
+            try:
+                result = encode_result(result, self.max_result_bytes)
+            except (ResultNotJSON, ResultTooLarge) as exc:
+                error = exc  # the attempt failed: retried like any exception
         outcome = decide(error, claimed.attempt, options)
+        if error is None and result is not None:
+            outcome = replace(outcome, result=result)
         if error is not None and outcome.kind is not SettleKind.ABANDON:
             log.warning(
                 "handler failed",
@@ -95,24 +112,27 @@ class Executor:
             expirations=claimed.expirations,
         )
 
-    def _call(self, kind: Kind, claim: Claim, timeout: timedelta | None) -> BaseException | None:
+    def _call(
+        self, kind: Kind, claim: Claim, timeout: timedelta | None
+    ) -> tuple[BaseException | None, Any]:
+        """What the handler raised (None when it returned), and what it returned."""
         # Everything a handler raises is its outcome, BaseException included
         # (SystemExit, KeyboardInterrupt): a handler cannot stop the worker.
         try:
             with self.interrupts.attempt(timeout):
                 result = kind.handler(claim)
                 if isinstance(result, Awaitable):
-                    self._await(result)
+                    result = self._await(result)
         except BaseException as exc:
-            return exc
+            return exc, None
         fired = self.interrupts.fired
         if fired is not None:
             # The handler swallowed the interrupt and returned: its attempt still
             # timed out, or its result still cannot be written.
-            return fired(f"{fired.reason} (the handler caught the interrupt and returned)")
-        return None
+            return fired(f"{fired.reason} (the handler caught the interrupt and returned)"), None
+        return None, result
 
-    def _await(self, awaitable: Awaitable[Any]) -> None:
+    def _await(self, awaitable: Awaitable[Any]) -> Any:
         if self._loop is None or self._loop.is_closed():
             self._loop = asyncio.new_event_loop()
         loop = self._loop
@@ -123,7 +143,7 @@ class Executor:
         task = loop.create_task(wrapped())
         self.interrupts.watch_task(task)
         try:
-            loop.run_until_complete(task)
+            return loop.run_until_complete(task)
         except asyncio.CancelledError:
             reason = self.interrupts.fired
             if reason is not None:

@@ -46,7 +46,8 @@ class Outcome:
     this attempt (PreserveAttempt); ``error`` goes into ``last_error``;
     ``traceback`` goes into ``last_traceback``; ``label`` names the outcome
     for logs and metrics (done, failed, dead, canceled, delayed, preserved,
-    abandoned).
+    abandoned); ``result`` is the JSON text of what the handler returned
+    (DONE only; None when it returned nothing).
     """
 
     kind: SettleKind
@@ -55,6 +56,7 @@ class Outcome:
     refund_attempt: bool = False
     error: str | None = None
     traceback: str | None = None
+    result: str | None = None
 
     @property
     def state(self) -> State | None:

@@ -18,7 +18,7 @@ from brooq.engine.interrupts import InterruptScope
 from brooq.engine.kinds import Registry
 from brooq.engine.outcome import Outcome, SettleKind, decide
 from brooq.engine.store import Claimed, SettleHookFailed, Store
-from brooq.vocabulary import KindOptions
+from brooq.vocabulary import DEFAULT_MAX_RESULT_BYTES, KindOptions
 
 log = logging.getLogger("brooq.runner")
 
@@ -84,6 +84,7 @@ class SlotRunner:
         lease: timedelta,
         topics: Sequence[str] | None = None,
         listener: RunListener | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self.store = store
         self.kinds = kinds
@@ -91,7 +92,7 @@ class SlotRunner:
         self.lease = lease
         self.topics = list(topics) if topics is not None else kinds.topics()
         self.listener = listener
-        self.executor = Executor(kinds)
+        self.executor = Executor(kinds, max_result_bytes)
         self.limits = {
             t: n for t in self.topics if t in kinds and (n := kinds.options(t).max_running)
         }

@@ -199,6 +199,16 @@ class Store(Protocol):
         """The job's row. Raises JobNotFound for an unknown id."""
         ...
 
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """What a ``done`` job's handler returned, waiting up to ``timeout`` seconds for it to
+        end (None: no limit). JobDead/JobCanceled for one that ended without success,
+        ResultTimeout while it has not ended, JobNotFound for an unknown id."""
+        ...
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        """:meth:`result`, awaited (the event loop is never blocked)."""
+        ...
+
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """The due time of the latest run of ``schedule`` still in the table."""
         ...

@@ -35,6 +35,13 @@ FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
 WHERE job.id = held.id AND job.state = 'processing'
   AND job.locked_by = held.holder AND job.attempts = held.attempt
 
+-- fragment: notify_ended
+-- One NOTIFY brooq_done for a statement that ended jobs (done, dead, canceled):
+-- whoever waits for a result (queue.result) looks again. One per statement,
+-- never one per job.
+SELECT pg_notify('brooq_done', '') FROM settled
+WHERE state IN ('done', 'dead', 'canceled') LIMIT 1
+
 -- fragment: notify_forced
 -- A CTE nobody selects from is not run: counting its rows forces the NOTIFY.
 WHERE (SELECT count(*) FROM notified) >= 0
@@ -135,36 +142,53 @@ WHERE id = ANY(ARRAY(
 RETURNING {{claimed_columns}}
 
 -- name: settle
--- Write the outcome of one attempt, if this holder still holds this attempt.
+-- Write the outcome of one attempt, if this holder still holds this attempt,
+-- with the handler's result when it is done.
 -- A refund (PreserveAttempt) never takes attempts below the expirations.
-UPDATE job
-SET state = %(state)s,
-    attempts = GREATEST(attempts - %(refund)s, expirations),
-    expiry_streak = 0,
-    available_at = CASE WHEN %(state)s = 'failed' THEN now() + %(retry_in)s ELSE available_at END,
-    last_error = COALESCE(%(error)s, last_error),
-    last_traceback = CASE WHEN %(error)s IS NULL THEN last_traceback ELSE %(traceback)s END,
-    updated_at = now()
-WHERE id = %(id)s AND {{held}}
+WITH settled AS (
+    UPDATE job
+    SET state = %(state)s,
+        attempts = GREATEST(attempts - %(refund)s, expirations),
+        expiry_streak = 0,
+        available_at = CASE WHEN %(state)s = 'failed'
+                            THEN now() + %(retry_in)s ELSE available_at END,
+        last_error = COALESCE(%(error)s, last_error),
+        last_traceback = CASE WHEN %(error)s IS NULL THEN last_traceback ELSE %(traceback)s END,
+        result = CASE WHEN %(state)s = 'done' THEN %(result)s::jsonb ELSE result END,
+        updated_at = now()
+    WHERE id = %(id)s AND {{held}}
+    RETURNING id, state
+), notified AS (
+    {{notify_ended}}
+)
+SELECT id FROM settled
+{{notify_forced}}
 
 -- name: settle_many
 -- The completer: the outcomes of many attempts in one statement, each row
 -- fenced like `settle`. Rows not returned were no longer held (lease lost).
-UPDATE job
-SET state = o.state,
-    attempts = GREATEST(job.attempts - o.refund, job.expirations),
-    expiry_streak = 0,
-    available_at = CASE WHEN o.state = 'failed'
-                        THEN now() + make_interval(secs => o.retry_s) ELSE job.available_at END,
-    last_error = COALESCE(o.error, job.last_error),
-    last_traceback = CASE WHEN o.error IS NULL THEN job.last_traceback ELSE o.traceback END,
-    updated_at = now()
-FROM jsonb_to_recordset(%(outcomes)s::jsonb)
-     AS o(id uuid, holder text, attempt int, state text, refund int, retry_s float8,
-          error text, traceback text)
-WHERE job.id = o.id AND job.state = 'processing'
-  AND job.locked_by = o.holder AND job.attempts = o.attempt
-RETURNING job.id, job.topic, job.state
+WITH settled AS (
+    UPDATE job
+    SET state = o.state,
+        attempts = GREATEST(job.attempts - o.refund, job.expirations),
+        expiry_streak = 0,
+        available_at = CASE WHEN o.state = 'failed'
+                            THEN now() + make_interval(secs => o.retry_s) ELSE job.available_at END,
+        last_error = COALESCE(o.error, job.last_error),
+        last_traceback = CASE WHEN o.error IS NULL THEN job.last_traceback ELSE o.traceback END,
+        result = CASE WHEN o.state = 'done' THEN o.result::jsonb ELSE job.result END,
+        updated_at = now()
+    FROM jsonb_to_recordset(%(outcomes)s::jsonb)
+         AS o(id uuid, holder text, attempt int, state text, refund int, retry_s float8,
+              error text, traceback text, result text)
+    WHERE job.id = o.id AND job.state = 'processing'
+      AND job.locked_by = o.holder AND job.attempts = o.attempt
+    RETURNING job.id, job.topic, job.state
+), notified AS (
+    {{notify_ended}}
+)
+SELECT id, topic, state FROM settled
+{{notify_forced}}
 
 -- name: heartbeat
 -- Extend every lease still held, in one statement whatever their number.
@@ -251,7 +275,7 @@ SELECT id FROM canceled
 -- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
 SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry_streak,
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
-       last_traceback, created_at, updated_at
+       last_traceback, created_at, updated_at, result::text AS result
 FROM job
 WHERE id = %(id)s
 
@@ -262,6 +286,9 @@ WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
 
 -- name: listen_jobs
 LISTEN brooq_job
+
+-- name: listen_done
+LISTEN brooq_done
 
 -- name: listen_cancels
 LISTEN brooq_cancel

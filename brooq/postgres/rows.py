@@ -29,6 +29,7 @@ Row = tuple[Any, ...]
 def record(row: Mapping[str, Any]) -> JobRecord:
     """A JobRecord from a row of the ``get`` statement (its payload still JSON text)."""
     payload, error = decode_stored_payload(row["payload"])
+    result = row.get("result")
     return JobRecord(
         **{
             **row,
@@ -36,6 +37,7 @@ def record(row: Mapping[str, Any]) -> JobRecord:
             "state": State(row["state"]),
             "payload": payload,
             "payload_error": error,
+            "result": None if result is None else decode_stored_payload(result)[0],
         }
     )
 
@@ -104,6 +106,7 @@ def settle_params(ticket: Ticket, outcome: Outcome) -> dict[str, Any]:
         "retry_in": outcome.retry_in or timedelta(0),
         "error": outcome.error,
         "traceback": outcome.traceback,
+        "result": outcome.result,
     }
 
 
@@ -120,6 +123,7 @@ def outcomes_json(settles: Sequence[tuple[Ticket, Outcome]]) -> str:
                 "retry_s": (o.retry_in or timedelta(0)).total_seconds(),
                 "error": o.error,
                 "traceback": o.traceback,
+                "result": o.result,
             }
             for t, o in sorted(settles, key=lambda s: s[0].job_id)  # one lock order: no deadlock
             if o.kind is not SettleKind.ABANDON

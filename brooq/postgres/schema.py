@@ -24,6 +24,7 @@ MARKS = {
     "0006.job-last-traceback": "column:last_traceback",
     "0007.supervisor": "relation:brooq_supervisor",
     "0008.job-expiry-streak": "column:expiry_streak",
+    "0010.job-result": "column:result",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

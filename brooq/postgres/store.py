@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -14,9 +15,11 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
+from brooq.engine.results import wait_for_result_async
 from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
-from brooq.postgres.connect import Connector, Source
+from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
+from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
 from brooq.postgres.rows import (
     Row,
     claimed_rows,
@@ -63,12 +66,45 @@ class PostgresStore:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         statement_timeout: timedelta | None = None,
         prepare: bool = True,
+        listen_dsn: str | Literal["auto"] | None = "auto",
     ) -> None:
         self.connector = Connector(Source(source, statement_timeout, prepare))
         self._secrets = passwords_of(source)
         self._turn = False
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
+        self._listen_dsn = listen_dsn if listen_dsn != "auto" else _listen_dsn_of(source)
+
+    @property
+    def listen_dsn(self) -> str | None:
+        """Where a result waiter LISTENs: the store's DSN (or the pool's), unless connections
+        go through a transaction-pooling bouncer; None: waiters poll."""
+        if self._listen_dsn is not None and PROFILE.pgbouncer and self._listen_dsn == self.dsn:
+            return None
+        return self._listen_dsn
+
+    @property
+    def dsn(self) -> str | None:
+        """The DSN the store connects with, when it was given one."""
+        source = self.connector.source.target
+        return source if isinstance(source, str) else None
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The decoded result of a ``done`` job, waiting up to ``timeout`` seconds for the job
+        to end (None: no limit). JobDead/JobCanceled, ResultTimeout, JobNotFound."""
+        if (listen := self.listen_dsn) is not None:
+            return wait_listening(listen, job_id, timeout)
+        return wait_polling(self.get, job_id, timeout)
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio apps (the event loop is never blocked)."""
+        if (listen := self.listen_dsn) is not None:
+            return await wait_listening_async(listen, job_id, timeout)
+
+        async def get(key: str) -> JobRecord:
+            return await asyncio.to_thread(self.get, key)
+
+        return await wait_for_result_async(job_key(job_id), get, asyncio.sleep, timeout)
 
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
         """Insert jobs in one statement; in ``conn``'s open transaction when given."""
@@ -178,9 +214,9 @@ class PostgresStore:
         with_effects = outcome.kind is SettleKind.DONE and (chain or hooks)
         with self.connector.connection() as conn:
             if not with_effects:
-                return conn.execute(sql("settle"), params).rowcount == 1
+                return conn.execute(sql("settle"), params).fetchone() is not None
             with conn.transaction():
-                if conn.execute(sql("settle"), params).rowcount != 1:
+                if conn.execute(sql("settle"), params).fetchone() is None:
                     return False
                 self._run_effects(conn, chain, hooks)
             return True
@@ -306,6 +342,16 @@ class PostgresStore:
     def close(self) -> None:
         """Close the connection the store opened itself."""
         self.connector.close()
+
+
+def _listen_dsn_of(source: object) -> str | None:
+    """The DSN a result waiter may LISTEN on, from the store's source (a given connection
+    tells no password: its waiters poll)."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, ConnectionPool) and isinstance(source.conninfo, str):
+        return source.conninfo
+    return None
 
 
 def is_database_source(

@@ -41,7 +41,7 @@ from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import protocol
 from brooq.supervisor.board import Board
-from brooq.vocabulary import StoreUnavailable
+from brooq.vocabulary import DEFAULT_MAX_RESULT_BYTES, StoreUnavailable
 
 log = logging.getLogger("brooq.child")
 
@@ -74,6 +74,7 @@ class WorkerConfig:
     max_payload_bytes: int = 1024 * 1024
     metrics_id: str = "w0"
     prepare: bool = True
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     log_jobs: bool = False
     """Log every job at INFO (JobClaimed, JobDone); failures are logged either way."""
 
@@ -98,7 +99,7 @@ class Worker:
         metrics: Metrics | None = None,
     ) -> None:
         self.queue, self.config, self.sock, self.board = queue, config, sock, board
-        self.executor = Executor(queue.registry)
+        self.executor = Executor(queue.registry, config.max_result_bytes)
         self.executor.interrupts.accept = self._interrupt_is_ours
         self.metrics = metrics
         self.log = LoggingListener(every_job=config.log_jobs)

@@ -83,9 +83,10 @@ Message = Booted | Assign | Stop | Finished
 _ASSIGN = struct.Struct(">cQiidHHH")
 """A, seq, attempt, expirations, locked_until (POSIX seconds), len(id), len(holder), len(topic);
 then the id, the holder, the topic and, to the end of the frame, the payload."""
-_FINISHED = struct.Struct(">cQidbBBdHHHHII")
+_FINISHED = struct.Struct(">cQidbBBdHHHHIII")
 """F, seq, attempt, duration, written (-1 None), kind, refund, retry_in (NaN: none), len(id),
-len(holder), len(label), len(leaving), len(error), len(traceback) (the NONE lengths: None)."""
+len(holder), len(label), len(leaving), len(error), len(traceback), len(result) (the NONE
+lengths: None)."""
 _KINDS = list(SettleKind)
 _NONE16 = 0xFFFF
 _NONE32 = 0xFFFFFFFF
@@ -121,6 +122,7 @@ def _encode_finished(msg: Finished) -> bytes:
         _bytes(msg.leaving, _NONE16),
         _bytes(o.error, _NONE32),
         _bytes(o.traceback, _NONE32),
+        _bytes(o.result, _NONE32),
     ]
     head = _FINISHED.pack(
         b"F",
@@ -190,7 +192,7 @@ def _decode_finished(data: bytes) -> Finished:
     _, seq, attempt, duration, written, kind, refund, retry, *lengths = _FINISHED.unpack_from(data)
     texts = _Texts(data, _FINISHED.size)
     job_id, holder, label, leaving = (texts.next(n, _NONE16) for n in lengths[:4])
-    error, trace = (texts.next(n, _NONE32) for n in lengths[4:])
+    error, trace, result = (texts.next(n, _NONE32) for n in lengths[4:])
     if job_id is None or holder is None or label is None or texts.at != len(data):
         raise ValueError("a Finished frame with missing or extra fields")
     outcome = Outcome(
@@ -200,6 +202,7 @@ def _decode_finished(data: bytes) -> Finished:
         bool(refund),
         error,
         trace,
+        result,
     )
     done = None if written == -1 else bool(written)
     return Finished(seq, Ticket(job_id, holder, attempt), outcome, duration, done, leaving)

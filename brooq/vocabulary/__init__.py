@@ -38,6 +38,17 @@ from brooq.vocabulary.payload import (
     decode_stored_payload,
     encode_payload,
 )
+from brooq.vocabulary.result import (
+    DEFAULT_MAX_RESULT_BYTES,
+    MAX_RESULT_BYTES_LIMIT,
+    JobCanceled,
+    JobDead,
+    JobFailed,
+    ResultNotJSON,
+    ResultTimeout,
+    ResultTooLarge,
+    encode_result,
+)
 from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
@@ -46,7 +57,9 @@ __all__ = [
     "BUILTIN_KIND_DEFAULTS",
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_MAX_RESULT_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
+    "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
@@ -64,7 +77,10 @@ __all__ = [
     "InvalidKindOptions",
     "InvalidTopic",
     "Job",
+    "JobCanceled",
     "JobCanceledWhileRunning",
+    "JobDead",
+    "JobFailed",
     "JobNotFound",
     "JobRecord",
     "KindNotRegistered",
@@ -74,6 +90,9 @@ __all__ = [
     "NeedsDatabase",
     "PreserveAttempt",
     "PrivilegeMissing",
+    "ResultNotJSON",
+    "ResultTimeout",
+    "ResultTooLarge",
     "Schedule",
     "SchemaMismatch",
     "SchemaMissing",
@@ -85,6 +104,7 @@ __all__ = [
     "decode_payload",
     "decode_stored_payload",
     "encode_payload",
+    "encode_result",
     "find_signal",
     "format_duration",
     "holder_host",

@@ -119,6 +119,9 @@ class JobRecord:
     """Lease expiries since the last recorded outcome (QUEUE_MAX_EXPIRATIONS bounds it)."""
     payload_error: str | None = None
     """Why ``payload`` is None: the stored JSON is more than Python can decode."""
+    result: Any = None
+    """What the handler returned (decoded JSON) when the job is ``done``; None otherwise, or
+    when it returned nothing."""
 
     @property
     def charged_attempts(self) -> int:

@@ -187,12 +187,25 @@ def test_jobs_run_in_available_at_then_enqueue_order(rig: Rig) -> None:
     assert order == ["early", 0, 1, 2, 3, 4]
 
 
-@pytest.mark.parametrize("value", [42, "ignored", False, {"a": 1}, [None], object()])
-def test_handler_return_value_is_ignored(rig: Rig, value: Any) -> None:
+@pytest.mark.parametrize("value", [42, "kept", False, {"a": 1}, [None], None])
+def test_a_handler_return_value_is_kept_as_the_result(rig: Rig, value: Any) -> None:
     rig.kind("a", lambda claim: value)
     job_id = rig.enqueue("a")
     assert rig.run().outcome.kind is SettleKind.DONE
-    assert rig.row(job_id).state is State.DONE
+    row = rig.row(job_id)
+    assert row.state is State.DONE and row.result == value
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [(object(), "ResultNotJSON: "), (float("nan"), "ResultNotJSON: "), ("\x00", "ResultNotJSON")],
+)
+def test_a_result_that_is_not_json_fails_the_attempt(rig: Rig, value: Any, error: str) -> None:
+    rig.kind("a", lambda claim: value, max_attempts=1)
+    job_id = rig.enqueue("a")
+    rig.run()
+    row = rig.row(job_id)
+    assert row.state is State.DEAD and (row.last_error or "").startswith(error)
 
 
 def test_failure_retries_with_backoff_then_dies(rig: Rig) -> None:

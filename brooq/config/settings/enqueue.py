@@ -1,14 +1,16 @@
-"""Settings of enqueueing: the largest payload, and whether an enqueue wakes idle workers."""
+"""Settings of what a job carries, and of enqueueing: the largest payload and result, and
+whether an enqueue wakes idle workers."""
 
 from __future__ import annotations
 
 from brooq.config import values as v
 from brooq.config.settings.key import Key, KeyTable
 from brooq.vocabulary.payload import MAX_PAYLOAD_BYTES_LIMIT
+from brooq.vocabulary.result import MAX_RESULT_BYTES_LIMIT
 
 
 class EnqueueKeys(KeyTable):
-    """QUEUE_MAX_PAYLOAD_BYTES and QUEUE_NOTIFY."""
+    """QUEUE_MAX_PAYLOAD_BYTES, QUEUE_MAX_RESULT_BYTES and QUEUE_NOTIFY."""
 
     max_payload_bytes: Key[int] = Key(
         "QUEUE_MAX_PAYLOAD_BYTES",
@@ -19,6 +21,18 @@ class EnqueueKeys(KeyTable):
         ),
         "1MiB",
         "Largest accepted payload (encoded JSON; at most 16MiB).",
+        section="enqueue",
+    )
+    max_result_bytes: Key[int] = Key(
+        "QUEUE_MAX_RESULT_BYTES",
+        v.size(
+            zero_ok=False,
+            at_most=MAX_RESULT_BYTES_LIMIT,
+            why=", the most a result can carry from its worker",
+        ),
+        "1MiB",
+        "Largest result a handler may return (encoded JSON; at most 16MiB); a larger one fails "
+        "the attempt with ResultTooLarge.",
         section="enqueue",
     )
     notify: Key[bool] = Key(

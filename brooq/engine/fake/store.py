@@ -134,6 +134,7 @@ class InMemoryStore(FakeUpkeep):
             if outcome.kind is SettleKind.DONE:
                 self._run_hooks(chain, hooks)
             self.rows[row.id] = self._settled(row, outcome, self.now())
+            self._ended_some()
             return True
 
     def _settled(self, row: JobRecord, outcome: Outcome, now: datetime) -> JobRecord:
@@ -145,6 +146,8 @@ class InMemoryStore(FakeUpkeep):
             changes["attempts"] = max(row.attempts - 1, row.expirations)
         if outcome.kind is SettleKind.FAILED:
             changes["available_at"] = now + (outcome.retry_in or timedelta(0))
+        if outcome.kind is SettleKind.DONE:
+            changes["result"] = None if outcome.result is None else json.loads(outcome.result)
         return replace(row, **changes)
 
     def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
@@ -156,6 +159,8 @@ class InMemoryStore(FakeUpkeep):
                 if row is not None and outcome.kind is not SettleKind.ABANDON:
                     self.rows[row.id] = self._settled(row, outcome, now)
                     written.add(row.id)
+            if written:
+                self._ended_some()
             return written
 
     def _run_hooks(self, chain: Sequence[Job], hooks: Sequence[SettleHook]) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import Any
 
 from brooq.engine.fake.recording import Executed
+from brooq.engine.results import wait_for_result
 from brooq.engine.store import Ticket
 from brooq.vocabulary import (
     Enqueued,
@@ -31,6 +34,9 @@ class FakeTable:
         """Statements that committed settle hooks ran on their RecordingConnection."""
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._version = 0
+        """Counts the writes that may end a job (settles, cancels, the reaper)."""
 
     def now(self) -> datetime:
         """The store's current time."""
@@ -47,6 +53,32 @@ class FakeTable:
                 return self.rows[key]
             except KeyError:
                 raise JobNotFound(f"no job with id {key}") from None
+
+    def _ended_some(self) -> None:
+        """A write that may have ended jobs: wake whoever waits for a result."""
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    def result(self, job_id: str, timeout: float | None = None) -> Any:
+        """The decoded result of a ``done`` job, waiting up to ``timeout`` seconds for the job
+        to end (another thread drains); JobDead/JobCanceled, ResultTimeout, JobNotFound."""
+        seen = [-1]
+
+        def get(key: str) -> JobRecord:
+            with self._lock:
+                seen[0] = self._version
+                return self.get(key)
+
+        def wait(seconds: float) -> None:
+            with self._changed:
+                self._changed.wait_for(lambda: self._version != seen[0], seconds)
+
+        return wait_for_result(job_id, get, wait, timeout)
+
+    async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio tests (it waits in a thread)."""
+        return await asyncio.to_thread(self.result, job_id, timeout)
 
     def _held(self, ticket: Ticket) -> JobRecord | None:
         row = self.rows.get(ticket.job_id)

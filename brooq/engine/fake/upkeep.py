@@ -51,6 +51,8 @@ class FakeUpkeep(FakeTable):
                     returned = replace(returned, state=State.PENDING, locked_by=None)
                     pending[row.topic] += 1
                 self.rows[row.id] = returned
+            if dead:
+                self._ended_some()
             return Requeued(_counts(pending), _counts(dead))
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
@@ -85,6 +87,7 @@ class FakeUpkeep(FakeTable):
                 updated_at=self.now(),
                 last_error=reason if reason is not None else row.last_error,
             )
+            self._ended_some()
             return True
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:

@@ -36,6 +36,7 @@ def environment() -> jinja2.Environment:
     env.filters["when"] = when
     env.filters["age"] = age
     env.filters["pretty"] = pretty
+    env.filters["shown_result"] = shown_result
     env.filters["ago"] = ago
     return env
 
@@ -67,6 +68,19 @@ def ago(value: datetime | None) -> str:
 def pretty(value: Any) -> str:
     """A payload as indented JSON text (escaped by the template like any other text)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+RESULT_SHOWN_CHARS = 20_000
+"""A result longer than this (as indented JSON) is cut on the job page, its size said."""
+
+
+def shown_result(value: Any) -> str:
+    """A job's result as indented JSON, cut at RESULT_SHOWN_CHARS with its whole size."""
+    text = pretty(value)
+    if len(text) <= RESULT_SHOWN_CHARS:
+        return text
+    size = len(json.dumps(value, ensure_ascii=False).encode())
+    return f"{text[:RESULT_SHOWN_CHARS]}\n… (cut: the result is {size} bytes of JSON)"
 
 
 @dataclass(frozen=True)
