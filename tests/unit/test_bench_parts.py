@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cpu, profile, runs, targets
+from benchmarks import cpu, peers, profile, redis_server, runs, targets
 from benchmarks.__main__ import parse_args
 from benchmarks.apps import spin
 from benchmarks.harness import QUICK, Context, Results
@@ -146,3 +146,27 @@ def test_the_spin_spends_its_own_thread_cpu() -> None:
     started = time.thread_time()
     spin(5)
     assert time.thread_time() - started >= 0.005
+
+
+def test_a_peer_that_cannot_be_installed_is_dropped_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_redis() -> str:
+        raise RuntimeError("apt-get install -y redis-server failed: no network")
+
+    monkeypatch.setattr(peers, "_install", lambda name: "5.7.0")
+    monkeypatch.setattr(redis_server, "ensure_installed", no_redis)
+    results = Results()
+    ctx = _ctx(results)
+    ctx.peers = ["celery"]
+    peers.prepare(ctx)
+    assert ctx.peers == []
+    assert results.notes["peer celery"].startswith("skipped: could not install: apt-get install")
+    assert "celery is skipped" in capsys.readouterr().err
+
+
+def test_redis_is_installed_only_by_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redis_server, "executable", lambda: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(RuntimeError, match="only root may apt-get install it"):
+        redis_server.ensure_installed()
