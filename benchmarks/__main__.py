@@ -18,7 +18,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import claim_cost, drain, enqueue, latency, peers, retention
+from benchmarks import (
+    claim_cost,
+    cpu,
+    cpubound,
+    drain,
+    enqueue,
+    extras,
+    idle,
+    latency,
+    peers,
+    retention,
+    runs,
+    targets,
+)
 from benchmarks.harness import (
     FULL,
     QUICK,
@@ -42,6 +55,9 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "enqueue": enqueue.run_single,
     "bulk": enqueue.run_bulk,
     "drain": drain.run_round,
+    "cpubound": cpubound.run_round,
+    "idle": idle.run_round,
+    "extras": extras.run_round,
     "latency": latency.run_round,
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
@@ -53,26 +69,38 @@ NAMES = [
     "drain",
     "raw",
     "cpu",
+    "cpubound",
     "priorities",
+    "idle",
+    "extras",
     "latency",
     "claim_cost",
     "retention",
 ]
-GROUP_ORDER = [
-    enqueue.GROUP_SINGLE,
-    enqueue.GROUP_BULK,
-    drain.GROUP,
-    drain.CONNECTIONS_GROUP,
-    drain.PRIORITY_GROUP,
-    "CPU per 1,000 jobs (drain at the largest worker count)",
-    latency.GROUP,
-    claim_cost.GROUP,
-    retention.GROUP,
-    peers.GROUP,
-]
 
 
-def ratios(sizes: Any) -> list[Ratio]:
+def group_order(ctx: Context) -> list[str]:
+    """The report's groups, in the order they are printed."""
+    return [
+        enqueue.GROUP_SINGLE,
+        enqueue.GROUP_BULK,
+        drain.GROUP,
+        peers.GROUP,
+        cpubound.group(ctx),
+        runs.START_GROUP,
+        cpu.PER_JOB_GROUP,
+        drain.CONNECTIONS_GROUP,
+        drain.PRIORITY_GROUP,
+        cpu.GROUP,
+        idle.group(ctx),
+        extras.GROUP,
+        latency.GROUP,
+        claim_cost.GROUP,
+        retention.GROUP,
+    ]
+
+
+def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
     """The ratios the report prints (each only when both sides were measured)."""
     out = [
         Ratio("enqueue one by one: brooq (NOTIFY on) / raw INSERT", "enqueue.brooq", "enqueue.raw"),
@@ -100,6 +128,11 @@ def ratios(sizes: Any) -> list[Ratio]:
                 f"drain.brooq.N{n}",
                 f"drain.raw_fused.P{n}",
             ),
+            Ratio(
+                f"drain N={n}: supervisor's CPU per job / its workers'",
+                f"cpujob.noop.brooq.N{n}.parent",
+                f"cpujob.noop.brooq.N{n}.workers",
+            ),
         ]
     top = sizes.max_workers
     out += [
@@ -113,7 +146,21 @@ def ratios(sizes: Any) -> list[Ratio]:
             f"priority.mixed.N{top}",
             f"drain.brooq.N{top}",
         ),
-        Ratio(f"drain N={top}: pgqueuer / brooq", f"peer.pgqueuer.N{top}", f"drain.brooq.N{top}"),
+    ]
+    out += [
+        Ratio(f"drain N={top}: brooq / {name}", f"drain.brooq.N{top}", f"peer.{name}.N{top}")
+        for name in peers.PEERS
+    ]
+    out += cpubound_ratios(sizes, cpu_ms)
+    out += [
+        Ratio(
+            f"per-job extras: {name} / a worker's CPU per job (no-op, N={top})",
+            f"extras.{name}.us",
+            "cpu.brooq.workers_cpu",
+        )
+        for name in ("logs_on", "logs_default", "metrics", "title", "default_total")
+    ]
+    out += [
         Ratio(
             f"claim p99: {sizes.claim_rows:,} ready rows / {sizes.claim_baseline_rows:,}",
             f"claim.rows{sizes.claim_rows}.p99",
@@ -124,6 +171,41 @@ def ratios(sizes: Any) -> list[Ratio]:
             "retention.claim_p99_during",
             "retention.claim_p99_before",
         ),
+    ]
+    return out
+
+
+def cpubound_ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
+    """The CPU-bound drain's ratios: each system to the ideal, brooq to each other system."""
+    ms = f"{cpu_ms:g} ms"
+    out = []
+    top = max(sizes.cpu_workers)
+    systems = [(f"brooq N={n}", f"cpubound.brooq.N{n}") for n in sizes.cpu_workers]
+    systems += [
+        (f"raw {mode} P={n}", f"cpubound.raw_{mode}.P{n}")
+        for n in sizes.cpu_workers
+        for mode in cpubound.RAW_MODES
+    ]
+    systems += [(f"{name} N={top}", f"cpubound.{name}.N{top}") for name in peers.PEERS]
+    out += [Ratio(f"cpu {ms}: {who} / ideal", key, "cpubound.ideal") for who, key in systems]
+    for n in sizes.cpu_workers:
+        mine = f"cpubound.brooq.N{n}"
+        out += [
+            Ratio(f"cpu {ms} N={n}: brooq / raw {mode}", mine, f"cpubound.raw_{mode}.P{n}")
+            for mode in cpubound.RAW_MODES
+        ]
+        out.append(
+            Ratio(
+                f"cpu {ms} N={n}: supervisor's CPU per job / its workers'",
+                f"cpujob.cpu.brooq.N{n}.parent",
+                f"cpujob.cpu.brooq.N{n}.workers",
+            )
+        )
+    out += [
+        Ratio(
+            f"cpu {ms} N={top}: brooq / {name}", f"cpubound.brooq.N{top}", f"cpubound.{name}.N{top}"
+        )
+        for name in peers.PEERS
     ]
     return out
 
@@ -151,7 +233,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--peers",
         default="",
         metavar="NAMES",
-        help="peer queues to measure too (comma-separated): pgqueuer",
+        help=f"peer queues to measure too (comma-separated): {', '.join(peers.PEERS)}",
+    )
+    p.add_argument(
+        "--cpu-ms",
+        type=float,
+        default=2.0,
+        metavar="X",
+        help="the CPU-bound workload: every handler spins X ms of its thread's CPU (default 2)",
     )
     p.add_argument(
         "--results-dir",
@@ -170,6 +259,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
+    if not 0 < args.cpu_ms <= 1000:
+        p.error(f"--cpu-ms must be more than 0 and at most 1000 (got {args.cpu_ms:g})")
     selected = {n.strip() for item in args.only or [] for n in item.split(",") if n.strip()}
     unknown = selected - set(NAMES) - {"peers"}
     if unknown:
@@ -205,6 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile_dir=args.profile,
         peers=args.peer_names,
         selected=args.selected,
+        cpu_ms=args.cpu_ms,
     )
     meta: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -213,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "rounds": rounds,
         "selected": sorted(args.selected),
         "peers": args.peer_names,
+        "cpu_ms": args.cpu_ms,
         "sizes": sizes_dict(sizes),
         "machine": machine(),
         "postgres": server.settings(),
@@ -244,9 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"supervisor logs kept in {workdir}", file=sys.stderr)
     meta["machine"]["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
     meta["duration_s"] = round(time.monotonic() - began, 1)
-    computed = [r for ratio in ratios(sizes) if (r := results.ratio(ratio))]
+    computed = [r for ratio in ratios(sizes, args.cpu_ms) if (r := results.ratio(ratio))]
+    meta["targets"] = targets.evaluate(results, sizes, args.cpu_ms)
     path = write_results(results, meta, computed, args.results_dir)
-    print(render(results, meta, computed, GROUP_ORDER))
+    print(render(results, meta, computed, group_order(ctx)))
+    print("\n" + targets.render(meta["targets"]))
     print(f"\nresults: {path}")
     return 1 if results.errors else 0
 

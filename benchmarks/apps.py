@@ -1,9 +1,12 @@
-"""The apps the benchmarks supervise (``--app benchmarks.apps:queue`` / ``:latency``).
+"""The apps the benchmarks supervise (``--app benchmarks.apps:queue`` / ``:cpu`` / ``:latency``).
 
 Each Queue has exactly one kind, so its workers claim with the one-topic
 statement (``claim_topic``), the common case.
 
 - ``queue``: ``bench.noop``, a handler that does nothing.
+- ``cpu``: ``bench.cpu``, a handler that spins ``BENCH_CPU_MS`` milliseconds
+  of its own thread's CPU (``time.thread_time()``), as every system's
+  CPU-bound handler does.
 - ``latency``: ``bench.latency``, a handler that takes ``time.time()`` first
   thing and writes it, with the job id, into ``bench_latency`` in the settle
   transaction (``on_succeeded``). The producer subtracts its commit time.
@@ -17,7 +20,11 @@ from typing import Any
 
 import brooq
 
+CPU_TOPIC = "bench.cpu"
+CPU_MS = float(os.environ.get("BENCH_CPU_MS", "2"))
+
 queue = brooq.Queue(os.environ.get("DATABASE_URL", ""))
+cpu = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 latency = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 
 LATENCY_TABLE = (
@@ -26,9 +33,22 @@ LATENCY_TABLE = (
 )
 
 
+def spin(ms: float) -> None:
+    """Spend ``ms`` milliseconds of this thread's CPU (waiting for a CPU does not count)."""
+    end = time.thread_time() + ms / 1000
+    while time.thread_time() < end:
+        pass
+
+
 @queue.kind("bench.noop")
 def noop(claim: brooq.Claim) -> None:
     """Nothing: what is left is the queue's own cost."""
+
+
+@cpu.kind(CPU_TOPIC)
+def burn(claim: brooq.Claim) -> None:
+    """``BENCH_CPU_MS`` of CPU: a CPU-bound job, the same in every system measured."""
+    spin(CPU_MS)
 
 
 @latency.kind("bench.latency")

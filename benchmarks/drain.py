@@ -8,7 +8,8 @@ NOTIFY in the same transaction. The clock starts when that transaction has
 committed and stops at the first 50 ms poll of ``SELECT count(*) FROM job
 WHERE state = 'done'`` that sees all 20,000. Nothing is subtracted. The raw
 workers (benchmarks/raw.py) are timed the same way from the moment they are
-released.
+released. The first poll, at once, counts the jobs already done when the
+clock started (benchmarks/runs.py: it must be 0).
 
 At each N, the brooq run and the raw runs are adjacent and their order
 rotates from round to round, so a noisy minute hits both.
@@ -26,12 +27,21 @@ import psycopg
 
 from benchmarks import cpu, peers, profile, raw
 from benchmarks.cpu import CpuProbe, CpuUsage
-from benchmarks.harness import Context, SupervisorProcess, load_ready_jobs, wait_done
+from benchmarks.harness import (
+    TOPIC,
+    Context,
+    SupervisorProcess,
+    count,
+    load_ready_jobs,
+    wait_done,
+)
+from benchmarks.runs import record_drain
 
 GROUP = "drain (no-op jobs loaded into idle workers, timed until all done)"
 PRIORITY_GROUP = "claim with priorities (issue 8)"
 CONNECTIONS_GROUP = "connections (most held at once during the drain; no-effect jobs)"
 CPU_MODES = {"two": "raw floor P={p}", "fused": "raw fused P={p}"}
+NOOP_APP = "benchmarks.apps:queue"
 
 
 @dataclass
@@ -39,6 +49,8 @@ class Drained:
     """What one brooq drain measured."""
 
     seconds: float
+    done_at_start: int
+    """Jobs already done when the clock started (the first poll, at once)."""
     cpu: CpuUsage
     deadlocks: int
     connections: int
@@ -82,6 +94,9 @@ def brooq_drain(
     workers: int,
     jobs: int,
     *,
+    app: str = NOOP_APP,
+    topic: str = TOPIC,
+    env: dict[str, str] | None = None,
     mixed: bool = False,
     profile_to: str | None = None,
     wal: bool = False,
@@ -89,27 +104,28 @@ def brooq_drain(
     """Time a real supervisor draining ``jobs`` loaded after it is ready."""
     if wal:
         cpu.enable_wal_timing(dsn)
-    sup = SupervisorProcess(
-        dsn, "benchmarks.apps:queue", workers, ctx.sizes.poll_interval, ctx.workdir
-    ).start()
+    sup = SupervisorProcess(dsn, app, workers, ctx.sizes.poll_interval, ctx.workdir, env).start()
     try:
         sup.wait_ready()
         with psycopg.connect(dsn, autocommit=True) as conn:
             children = sup.children()
-            probe = CpuProbe(conn, sup.pid, children, wal=wal)
-            load_ready_jobs(conn, jobs, mixed_priorities=mixed)
-            started = probe.started = time.perf_counter()
-            spy = profile.start(ctx, profile_to, sup.pid, children) if profile_to else None
-            try:
-                with ConnectionSampler(dsn, {conn.info.backend_pid}) as sampler:
+            probe = CpuProbe(conn, {"parent": [sup.pid], "workers": children}, wal=wal)
+            with ConnectionSampler(dsn, {conn.info.backend_pid}) as sampler:
+                load_ready_jobs(conn, jobs, topic=topic, mixed_priorities=mixed)
+                started = probe.started = time.perf_counter()
+                done_at_start = count(conn, "state = 'done'")
+                spy = profile.start(ctx, profile_to, sup.pid, children) if profile_to else None
+                try:
                     seconds = wait_done(conn, jobs, started, alive=sup.alive)
-            finally:
-                if spy is not None:
-                    spy.stop(ctx, jobs)
+                finally:
+                    if spy is not None:
+                        spy.stop(ctx, jobs)
             usage = probe.finish()
             sup.stop()
             probe.read_wal(usage)
-        return Drained(seconds, usage, sup.log_count(b"deadlock detected"), sampler.most)
+        return Drained(
+            seconds, done_at_start, usage, sup.log_count(b"deadlock detected"), sampler.most
+        )
     finally:
         sup.stop()
 
@@ -120,13 +136,16 @@ def _brooq(ctx: Context, round_no: int, n: int) -> None:
     with ctx.server.fresh(f"drain{n}") as dsn:
         result = brooq_drain(ctx, dsn, n, jobs, wal=biggest)
     ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n}", result.deadlocks)
-    ctx.results.add(
+    label = f"brooq supervise --workers {n} ({jobs:,} jobs)"
+    record_drain(
+        ctx,
+        round_no,
         f"drain.brooq.N{n}",
-        jobs / result.seconds,
-        round_no=round_no,
         group=GROUP,
-        label=f"brooq supervise --workers {n} ({jobs:,} jobs)",
-        unit="jobs/s",
+        label=label,
+        jobs=jobs,
+        seconds=result.seconds,
+        done_at_start=result.done_at_start,
     )
     ctx.results.add(
         f"connections.brooq.N{n}",
@@ -136,31 +155,37 @@ def _brooq(ctx: Context, round_no: int, n: int) -> None:
         label=f"brooq --workers {n}: PostgreSQL connections held while draining",
         unit="connections",
     )
+    cpu.record_per_job(
+        ctx, round_no, f"noop.brooq.N{n}", f"no-op, {label}", result.cpu, jobs, parts=True
+    )
     if biggest:
         cpu.record(ctx, round_no, "brooq", f"brooq N={n}", result.cpu, jobs)
 
 
 def _raw(ctx: Context, round_no: int, p: int, mode: str) -> None:
     jobs = ctx.sizes.drain_jobs
+    biggest = p == ctx.sizes.max_workers
     with ctx.server.fresh(f"raw{mode}{p}") as dsn:
         result = raw.drain(
-            dsn,
-            mode,
-            p,
-            jobs,
-            ctx.sizes.batch_claim,
-            wal=mode in CPU_MODES and p == ctx.sizes.max_workers,
+            dsn, mode, p, jobs, ctx.sizes.batch_claim, wal=mode in CPU_MODES and biggest
         )
     ctx.results.count_deadlocks(f"round {round_no + 1} raw {mode} P={p}", result.deadlocks)
-    ctx.results.add(
+    label = f"raw P={p}: {raw.MODES[mode]}"
+    record_drain(
+        ctx,
+        round_no,
         f"drain.raw_{mode}.P{p}",
-        jobs / result.seconds,
-        round_no=round_no,
         group=GROUP,
-        label=f"raw P={p}: {raw.MODES[mode]}",
-        unit="jobs/s",
+        label=label,
+        jobs=jobs,
+        seconds=result.seconds,
+        done_at_start=result.done_at_start,
     )
-    if mode in CPU_MODES and p == ctx.sizes.max_workers:
+    if biggest:
+        cpu.record_per_job(
+            ctx, round_no, f"noop.raw_{mode}.P{p}", f"no-op, {label}", result.cpu, jobs
+        )
+    if mode in CPU_MODES and biggest:
         cpu.record(ctx, round_no, f"raw_{mode}", CPU_MODES[mode].format(p=p), result.cpu, jobs)
 
 
@@ -169,13 +194,15 @@ def _priorities(ctx: Context, round_no: int, n: int) -> None:
     with ctx.server.fresh(f"prio{n}") as dsn:
         result = brooq_drain(ctx, dsn, n, jobs, mixed=True)
     ctx.results.count_deadlocks(f"round {round_no + 1} brooq N={n} mixed", result.deadlocks)
-    ctx.results.add(
+    record_drain(
+        ctx,
+        round_no,
         f"priority.mixed.N{n}",
-        jobs / result.seconds,
-        round_no=round_no,
         group=PRIORITY_GROUP,
         label=f"brooq --workers {n}, priorities 0..9 mixed",
-        unit="jobs/s",
+        jobs=jobs,
+        seconds=result.seconds,
+        done_at_start=result.done_at_start,
     )
 
 

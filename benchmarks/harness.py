@@ -68,6 +68,12 @@ class Sizes:
     retention_claim_rows: int = 50_000
     retention_baseline_s: float = 3.0
     peer_batch: int = 10
+    cpu_jobs: int = 10_000
+    cpu_workers: tuple[int, ...] = (2, 8)
+    idle_workers: int = 8
+    idle_seconds: float = 10.0
+    idle_poll_interval: str = "1s"
+    extras_calls: int = 20_000
 
     @property
     def max_workers(self) -> int:
@@ -89,6 +95,11 @@ QUICK = Sizes(
     retention_rows=5_000,
     retention_claim_rows=2_000,
     retention_baseline_s=0.5,
+    cpu_jobs=200,
+    cpu_workers=(2,),
+    idle_workers=2,
+    idle_seconds=1.0,
+    extras_calls=2_000,
 )
 
 
@@ -319,11 +330,8 @@ class Server:
             "wal_buffers",
             "commit_delay",
         ):
-            out[name] = str(
-                self.admin.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()[
-                    0
-                ]
-            )  # type: ignore[index]
+            row = self.admin.execute(pgsql.SQL("SHOW {}").format(pgsql.Identifier(name))).fetchone()
+            out[name] = str(row[0]) if row else ""
         return out
 
     def close(self) -> None:
@@ -452,19 +460,24 @@ def wait_done(
 
 
 def load_ready_jobs(
-    conn: psycopg.Connection[Any], jobs: int, *, mixed_priorities: bool = False, notify: bool = True
+    conn: psycopg.Connection[Any],
+    jobs: int,
+    *,
+    topic: str = TOPIC,
+    mixed_priorities: bool = False,
+    notify: bool = True,
 ) -> None:
-    """Insert ``jobs`` ready no-op jobs in one statement (and NOTIFY), in one transaction."""
+    """Insert ``jobs`` ready jobs of ``topic`` in one statement (and NOTIFY), in one transaction."""
     with conn.transaction():
         conn.execute(
             "INSERT INTO job (topic, payload, priority) "
             "SELECT %(topic)s, jsonb_build_object('i', i), "
             "       CASE WHEN %(mixed)s THEN i %% 10 ELSE 0 END "
             "FROM generate_series(1, %(n)s) AS i",
-            {"topic": TOPIC, "mixed": mixed_priorities, "n": jobs},
+            {"topic": topic, "mixed": mixed_priorities, "n": jobs},
         )
         if notify:
-            conn.execute("SELECT pg_notify('brooq_job', %s)", (TOPIC,))
+            conn.execute("SELECT pg_notify('brooq_job', %s)", (topic,))
 
 
 # --- supervisors ------------------------------------------------------------------------------
@@ -618,6 +631,8 @@ class Context:
     profile_dir: Path | None = None
     peers: list[str] = field(default_factory=list)
     selected: set[str] = field(default_factory=set)
+    cpu_ms: float = 2.0
+    """The CPU-bound handler's CPU per job (``--cpu-ms``)."""
 
     def wants(self, name: str) -> bool:
         """True when benchmark ``name`` was selected."""
@@ -661,6 +676,8 @@ def fmt(value: float | None) -> str:
     """A number with a sensible number of digits."""
     if value is None:
         return "-"
+    if value == int(value) and abs(value) < 1000:
+        return str(int(value))  # a count
     if abs(value) >= 1000:
         return f"{value:,.0f}"
     if abs(value) >= 100:

@@ -1,10 +1,15 @@
 """The pgqueuer side of the peer benchmark; runs in benchmarks/.peers/pgqueuer (its own venv).
 
-    python peer_pgqueuer.py install DSN        create pgqueuer's schema (durable tables)
-    python peer_pgqueuer.py work DSN BATCH     one QueueManager (asyncpg), prints "ready",
-                                               runs until SIGTERM
-    python peer_pgqueuer.py enqueue DSN N      N no-op jobs in one enqueue call (one
-                                               statement); prints time.time() after it
+    python peer_pgqueuer.py install DSN              create pgqueuer's schema (durable tables)
+    python peer_pgqueuer.py work DSN BATCH CPU_MS    one QueueManager (asyncpg), prints "ready",
+                                                     runs until SIGTERM; each job spins CPU_MS
+                                                     of its thread's CPU (0: a no-op)
+    python peer_pgqueuer.py drain DSN N              connects, prints "loaded <backend pid>",
+                                                     waits for "go" on stdin, enqueues N jobs in
+                                                     one call (one statement), starts the clock
+                                                     when it returns, counts at once the jobs
+                                                     already done, polls every 50 ms until the
+                                                     queue table is empty; prints one JSON line
 
 It imports nothing from brooq: the peer venv has only pgqueuer and asyncpg.
 """
@@ -12,6 +17,7 @@ It imports nothing from brooq: the peer venv has only pgqueuer and asyncpg.
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 import time
@@ -22,6 +28,14 @@ from pgqueuer import AsyncpgDriver, Job, QueueManager
 from pgqueuer.queries import Queries
 
 ENTRYPOINT = "bench_noop"
+STALL_S = 60.0
+
+
+def spin(ms: float) -> None:
+    """Spend ``ms`` milliseconds of this thread's CPU."""
+    end = time.thread_time() + ms / 1000
+    while time.thread_time() < end:
+        pass
 
 
 async def install(dsn: str) -> None:
@@ -33,14 +47,16 @@ async def install(dsn: str) -> None:
         await conn.close()
 
 
-async def work(dsn: str, batch: int) -> None:
-    """One worker process: the documented setup, a no-op async entrypoint."""
+async def work(dsn: str, batch: int, cpu_ms: float) -> None:
+    """One worker process: the documented setup, an async entrypoint."""
     conn = await asyncpg.connect(dsn)
     qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
     @qm.entrypoint(ENTRYPOINT)
-    async def noop(job: Job) -> None:
-        """Nothing."""
+    async def handler(job: Job) -> None:
+        """Nothing, or ``cpu_ms`` of CPU (it holds the event loop, as CPU-bound work does)."""
+        if cpu_ms:
+            spin(cpu_ms)
 
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, qm.shutdown.set)
@@ -51,13 +67,35 @@ async def work(dsn: str, batch: int) -> None:
         await conn.close()
 
 
-async def enqueue(dsn: str, jobs: int) -> None:
-    """Enqueue ``jobs`` in one call (lists: one INSERT statement)."""
+async def left(conn: asyncpg.Connection) -> int:
+    """Jobs still in the queue table (a completed job is deleted from it)."""
+    return int(await conn.fetchval("SELECT count(*) FROM pgqueuer"))
+
+
+async def drain(dsn: str, jobs: int) -> None:
+    """Enqueue on "go", time until the queue is empty; print the result as JSON."""
     conn = await asyncpg.connect(dsn)
     try:
         queries = Queries(AsyncpgDriver(conn))
+        backend = await conn.fetchval("SELECT pg_backend_pid()")
+        print(f"loaded {backend}", flush=True)
+        if sys.stdin.readline().strip() != "go":
+            raise SystemExit("expected go")
         await queries.enqueue([ENTRYPOINT] * jobs, [b"{}"] * jobs, [0] * jobs)
-        print(time.time(), flush=True)
+        started = time.perf_counter()
+        done_at_start = jobs - await left(conn)
+        last, last_change = -1, started
+        while True:
+            remaining = await left(conn)
+            now = time.perf_counter()
+            if remaining == 0:
+                break
+            if remaining != last:
+                last, last_change = remaining, now
+            elif now - last_change > STALL_S:
+                raise SystemExit(f"pgqueuer stalled with {remaining} jobs left")
+            await asyncio.sleep(0.05)
+        print(json.dumps({"seconds": now - started, "done_at_start": done_at_start}), flush=True)
     finally:
         await conn.close()
 
@@ -68,9 +106,9 @@ def main(argv: list[str]) -> None:
     if command == "install":
         asyncio.run(install(dsn))
     elif command == "work":
-        asyncio.run(work(dsn, int(argv[2])))
-    elif command == "enqueue":
-        asyncio.run(enqueue(dsn, int(argv[2])))
+        asyncio.run(work(dsn, int(argv[2]), float(argv[3])))
+    elif command == "drain":
+        asyncio.run(drain(dsn, int(argv[2])))
     else:
         raise SystemExit(f"unknown command {command!r}")
 

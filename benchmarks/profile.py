@@ -1,12 +1,28 @@
-"""Where the time goes: py-spy on the supervisor and one child during the largest drain.
+"""Where the time goes: py-spy on the supervisor and one worker during the largest drain.
 
-``--profile DIR`` records both with ``py-spy record --format raw --idle
---nonblocking`` (wall-clock samples, idle ones included, the target never
-paused) from the moment the jobs are committed until they are all done, and
-the child a second time without ``--idle`` (only the samples py-spy sees as
-active: on a CPU, or runnable and waiting for one). Every sample is sorted
-into one category by the frames on its stack. The raw stacks stay in DIR
-(flamegraph.pl can draw them).
+``--profile DIR`` records both with ``py-spy record --format raw
+--nonblocking`` (the target never paused) from the moment the jobs are
+committed until they are all done: once with ``--idle`` (every sample, wall
+clock: what a process waits for) and once without (only the samples py-spy
+sees as active: on a CPU, or runnable and waiting for one: **where its CPU
+goes**). py-spy samples every thread of the supervisor (its loop, the two
+database lanes, the LISTEN thread, the HTTP surface).
+
+Every sample is sorted into one category by the frames on its stack:
+
+- a worker: waiting for its next job, the handler, its log lines,
+  prometheus_client, the process title, its board, its socket frames to and
+  from the parent, the descriptor checks around the handler, brooq's
+  executor, the rest of its loop;
+- the supervisor: its loop's ``select``; the step of ``Supervisor.tick`` the
+  sample is in (``Supervisor.read_workers``, ``Supervisor.dispatch``,
+  ``Lanes.collect``…); the database lanes (statements built and results read,
+  or waiting on PostgreSQL); the LISTEN thread; the HTTP surface. Its active
+  samples are also sorted by library (logging, prometheus_client, psycopg,
+  the socket frames, the rest of brooq).
+
+ms per job = samples / rate / jobs that process saw (a worker: jobs / N).
+The raw stacks stay in DIR (flamegraph.pl can draw them).
 """
 
 from __future__ import annotations
@@ -18,6 +34,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,52 +43,86 @@ from benchmarks.harness import Context
 
 RATE_HZ = 200
 ROLES = {
-    "parent": "supervisor, every sample (wall clock)",
-    "child": "one worker, every sample (wall clock)",
-    "child-active": "the same worker, samples py-spy saw not idle (on a CPU or runnable)",
+    "parent": ("supervisor, every sample of every thread (wall clock)", True),
+    "parent-active": ("supervisor, samples on a CPU or runnable: its CPU", False),
+    "child": ("one worker, every sample (wall clock)", True),
+    "child-active": ("the same worker, samples on a CPU or runnable: its CPU", False),
 }
+Frames = list[str]
+"""One sample's frames, leaf first (``function (file:line)``)."""
 
-# (category, test on the frames of one sample, leaf first); the first that matches wins.
-CATEGORIES: list[tuple[str, Any]] = [
-    (
-        "idle: waiting for work (LISTEN / select)",
-        lambda fr: any("wait_for_jobs" in f or f.startswith("Supervisor.wait ") for f in fr),
-    ),
-    (
-        "psycopg Connection.wait: blocked on the socket until PostgreSQL answers",
-        lambda fr: "psycopg" in fr[0] and fr[0].split(" ")[0].split(".")[-1].startswith("wait"),
-    ),
-    (
-        "libpq send of the statement (it wakes the backend, which often takes the CPU here)",
-        lambda fr: "psycopg" in fr[0] and "_send_query" in fr[0],
-    ),
-    ("logging (JSON log lines)", lambda fr: any("logging/" in f for f in fr)),
-    ("prometheus_client metrics", lambda fr: any("prometheus_client" in f for f in fr)),
-    ("process title (setproctitle)", lambda fr: any("osproc.py" in f for f in fr)),
-    ("pipe to/from the parent", lambda fr: any("protocol.py" in f for f in fr)),
-    ("psycopg client code (Python side)", lambda fr: any("psycopg" in f for f in fr)),
-    ("the handler", lambda fr: any("benchmarks/apps.py" in f for f in fr)),
-    ("brooq code (runner, store, supervisor)", lambda fr: any("brooq/" in f for f in fr)),
+
+def _has(frames: Frames, *needles: str) -> bool:
+    return any(n in f for f in frames for n in needles)
+
+
+def _name(frame: str) -> str:
+    return frame.split(" (", 1)[0]
+
+
+# (category, test); the first that matches wins. The worker's frames start at worker_main:
+# above it are the parent's, from the tick that forked it.
+WORKER: list[tuple[str, Callable[[Frames], bool]]] = [
+    ("waiting for its next job (select on its socket)", lambda f: _has(f, "wait_for_jobs")),
+    ("the handler", lambda f: _has(f, "benchmarks/apps.py")),
+    ("log lines (logging)", lambda f: _has(f, "logging/", "brooq/logs.py")),
+    ("prometheus_client (duration histogram)", lambda f: _has(f, "prometheus_client")),
+    ("process title (setproctitle)", lambda f: _has(f, "title (brooq/osproc.py", "setproctitle")),
+    ("its board (shared memory, semaphore)", lambda f: _has(f, "supervisor/board.py")),
+    ("socket frames to and from the parent", lambda f: _has(f, "supervisor/protocol.py")),
+    ("descriptor checks around the handler", lambda f: _has(f, "check_fds", "owned_fds")),
+    ("brooq's executor (decode, call, decide)", lambda f: _has(f, "brooq/engine/")),
+    ("psycopg (a settle with effects)", lambda f: _has(f, "psycopg")),
+    ("the rest of the worker's loop", lambda f: _has(f, "brooq/")),
+]
+LIBRARY: list[tuple[str, Callable[[Frames], bool]]] = [
+    ("logging", lambda f: _has(f, "logging/", "brooq/logs.py")),
+    ("prometheus_client", lambda f: _has(f, "prometheus_client")),
+    ("psycopg", lambda f: _has(f, "psycopg")),
+    ("socket frames (protocol)", lambda f: _has(f, "supervisor/protocol.py")),
+    ("select / sleep in the loop", lambda f: _has(f, "Supervisor.wait ")),
+    ("the rest of brooq", lambda f: _has(f, "brooq/")),
 ]
 OTHER = "other Python"
 
 
-def classify(stack: str) -> str:
-    """The category of one collapsed stack (``root;…;leaf``)."""
-    frames = stack.split(";")[::-1]
-    for name, test in CATEGORIES:
+def _first(rules: list[tuple[str, Callable[[Frames], bool]]], frames: Frames) -> str:
+    for name, test in rules:
         if test(frames):
             return name
     return OTHER
 
 
-def summarize(path: Path) -> Counter[str]:
+def worker_category(frames: Frames) -> str:
+    """Where a worker's sample is (its own frames only)."""
+    mine = next((i for i, f in enumerate(frames) if f.startswith("worker_main ")), len(frames))
+    return _first(WORKER, frames[:mine])
+
+
+def parent_category(frames: Frames) -> str:
+    """Where a supervisor's sample is: a thread, or the step of its loop."""
+    if _has(frames, "DatabaseThread._serve"):
+        waiting = frames and "psycopg" in frames[0] and _name(frames[0]).endswith("wait")
+        return f"database lanes (threads): {'waiting on PostgreSQL' if waiting else 'working'}"
+    if _has(frames, "Notices._serve"):
+        return "LISTEN thread"
+    if _has(frames, "brooq/surface/"):
+        return "HTTP surface (threads)"
+    if _has(frames, "Supervisor.wait "):
+        return "loop: select / sleep (Supervisor.wait)"
+    for i, f in enumerate(frames):
+        if f.startswith("Supervisor.tick ") and i > 0:
+            return f"loop: {_name(frames[i - 1])}"
+    return OTHER
+
+
+def summarize(path: Path, classify: Callable[[Frames], str]) -> Counter[str]:
     """Samples per category in a py-spy raw (collapsed) file."""
     counts: Counter[str] = Counter()
     for line in path.read_text(errors="replace").splitlines():
         stack, _, n = line.rpartition(" ")
         if stack and n.isdigit():
-            counts[classify(stack)] += int(n)
+            counts[classify(stack.split(";")[::-1])] += int(n)
     return counts
 
 
@@ -90,6 +141,24 @@ class Spy:
     workers: int
     started: float
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def _section(
+        self, role: str, counts: Counter[str], jobs_seen: float, report: dict[str, Any]
+    ) -> list[str]:
+        total = sum(counts.values()) or 1
+        ms_per_sample = 1000 / RATE_HZ / jobs_seen
+        report[role] = {
+            "samples": total,
+            "share_pct": {k: round(100 * v / total, 1) for k, v in counts.most_common()},
+            "ms_per_job": round(total * ms_per_sample, 4),
+        }
+        lines = [
+            f"  {role}: {ROLES[role.split(' ')[0]][0]} "
+            f"({total} samples, {total * ms_per_sample:.3f} ms per job):"
+        ]
+        for k, n in counts.most_common():
+            lines.append(f"    {100 * n / total:5.1f}%  {n * ms_per_sample:7.3f} ms  {k}")
+        return lines
 
     def stop(self, ctx: Context, jobs: int) -> None:
         """SIGINT py-spy (it writes its file), then summarize into the run's notes."""
@@ -117,23 +186,13 @@ class Spy:
             if not path.exists():
                 lines.append(f"  {role}: no profile written (see {path.with_suffix('.log')})")
                 continue
-            counts = summarize(path)
-            total = sum(counts.values()) or 1
-            # A child ran about jobs / workers of the jobs; the parent saw all of them.
-            jobs_seen = jobs / self.workers if role.startswith("child") else jobs
-            ms_per_sample = 1000 / RATE_HZ / jobs_seen
-            shares = {k: round(100 * v / total, 1) for k, v in counts.most_common()}
-            report[role] = {
-                "samples": total,
-                "share_pct": shares,
-                "ms_per_job": round(total * ms_per_sample, 4),
-            }
-            lines.append(
-                f"  {role}: {ROLES[role]} ({total} samples, "
-                f"{total * ms_per_sample:.3f} ms per job):"
-            )
-            for k, n in counts.most_common():
-                lines.append(f"    {100 * n / total:5.1f}%  {n * ms_per_sample:7.3f} ms  {k}")
+            child = role.startswith("child")
+            jobs_seen = jobs / self.workers if child else jobs
+            classify = worker_category if child else parent_category
+            lines += self._section(role, summarize(path, classify), jobs_seen, report)
+            if role == "parent-active":
+                by_library = summarize(path, lambda f: _first(LIBRARY, f))
+                lines += self._section(f"{role} by library", by_library, jobs_seen, report)
         ctx.results.notes["profile"] = report
         ctx.results.notes["profile summary"] = "\n".join(lines)
 
@@ -147,25 +206,15 @@ def start(ctx: Context, name: str, parent: int, children: list[int]) -> Spy | No
         return None
     ctx.profile_dir.mkdir(parents=True, exist_ok=True)
     spy = Spy(name, ctx.profile_dir, len(children), time.perf_counter())
-    for role, pid in (("parent", parent), ("child", children[0]), ("child-active", children[0])):
+    targets = {"parent": parent, "parent-active": parent}
+    targets |= {"child": children[0], "child-active": children[0]}
+    for role, pid in targets.items():
         out = ctx.profile_dir / f"{name}-{role}.txt"
-        idle = [] if role == "child-active" else ["--idle"]
+        options = ["--nonblocking", "--rate", str(RATE_HZ), "-o", str(out)]
+        idle = ["--idle"] if ROLES[role][1] else []
         with open(out.with_suffix(".log"), "wb") as log:
             spy.procs[role] = subprocess.Popen(
-                [
-                    exe,
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--format",
-                    "raw",
-                    *idle,
-                    "--nonblocking",
-                    "--rate",
-                    str(RATE_HZ),
-                    "-o",
-                    str(out),
-                ],
+                [exe, "record", "--pid", str(pid), "--format", "raw", *idle, *options],
                 stdout=log,
                 stderr=log,
                 stdin=subprocess.DEVNULL,

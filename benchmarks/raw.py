@@ -13,6 +13,10 @@ counted):
   statement, one commit per job.
 - ``batch``: the same claim for 10 rows per statement and one settle
   statement for those 10 rows: the batched ceiling.
+
+With ``cpu_ms`` (the CPU-bound workload), each job spins that much of the
+worker's own thread CPU between its claim and its settle, like every
+system's CPU-bound handler (benchmarks/apps.py's ``spin``).
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.apps import spin
 from benchmarks.cpu import CpuProbe, CpuUsage, enable_wal_timing
-from benchmarks.harness import TOPIC, load_ready_jobs, wait_done
+from benchmarks.harness import TOPIC, count, load_ready_jobs, wait_done
 
 LEASE = timedelta(minutes=5)
 
@@ -117,7 +122,7 @@ class Runner:
                 self.deadlocks += 1
 
 
-def _loop_two(db: Runner, params: dict[str, Any]) -> None:
+def _loop_two(db: Runner, params: dict[str, Any], cpu_ms: float) -> None:
     from brooq.postgres.sql import sql
 
     claim = sql("claim_topic")
@@ -125,6 +130,8 @@ def _loop_two(db: Runner, params: dict[str, Any]) -> None:
         row = db.run(claim, params).fetchone()
         if row is None:
             return
+        if cpu_ms:
+            spin(cpu_ms)
         db.run(SETTLE, {"id": row[0], "holder": params["holder"], "attempt": row[3]})
 
 
@@ -140,11 +147,14 @@ def _loop_fused(db: Runner, params: dict[str, Any]) -> None:
         row = out[1:] if out[1] is not None else None
 
 
-def _loop_batch(db: Runner, params: dict[str, Any], size: int) -> None:
+def _loop_batch(db: Runner, params: dict[str, Any], size: int, cpu_ms: float) -> None:
     while True:
         rows = db.run(CLAIM_MANY, {**params, "limit": size}).fetchall()
         if not rows:
             return
+        if cpu_ms:
+            for _ in rows:
+                spin(cpu_ms)
         db.run(
             SETTLE_MANY,
             {
@@ -155,7 +165,16 @@ def _loop_batch(db: Runner, params: dict[str, Any], size: int) -> None:
         )
 
 
-def worker(dsn: str, mode: str, batch: int, ready: Any, go: Any, stop: Any, finished: Any) -> None:
+def worker(
+    dsn: str,
+    mode: str,
+    batch: int,
+    cpu_ms: float,
+    ready: Any,
+    go: Any,
+    stop: Any,
+    finished: Any,
+) -> None:
     """One raw worker process: connect, report ready, wait for go, drain, wait for stop.
 
     It stays (with its connection) until ``stop`` so that its CPU time, and its
@@ -168,11 +187,13 @@ def worker(dsn: str, mode: str, batch: int, ready: Any, go: Any, stop: Any, fini
         go.wait()
         db = Runner(conn)
         if mode == "two":
-            _loop_two(db, params)
+            _loop_two(db, params, cpu_ms)
         elif mode == "fused":
+            if cpu_ms:
+                raise ValueError("the fused loop has no CPU-bound variant")
             _loop_fused(db, params)
         else:
-            _loop_batch(db, params, batch)
+            _loop_batch(db, params, batch, cpu_ms)
         finished.put(db.deadlocks)
         stop.wait(600)
 
@@ -182,12 +203,19 @@ class RawDrain:
     """What one raw drain measured."""
 
     seconds: float
+    done_at_start: int
     cpu: CpuUsage
     deadlocks: int
 
 
 def drain(
-    dsn: str, mode: str, processes: int, jobs: int, batch: int = 10, wal: bool = False
+    dsn: str,
+    mode: str,
+    processes: int,
+    jobs: int,
+    batch: int = 10,
+    wal: bool = False,
+    cpu_ms: float = 0.0,
 ) -> RawDrain:
     """Start ``processes`` workers, load ``jobs`` rows, time from go until all are done."""
     if wal:
@@ -195,7 +223,9 @@ def drain(
     ctx = mp.get_context("spawn")
     ready, go, stop, finished = ctx.Queue(), ctx.Event(), ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=worker, args=(dsn, mode, batch, ready, go, stop, finished), daemon=True)
+        ctx.Process(
+            target=worker, args=(dsn, mode, batch, cpu_ms, ready, go, stop, finished), daemon=True
+        )
         for _ in range(processes)
     ]
     for p in procs:
@@ -204,9 +234,10 @@ def drain(
         pids = [ready.get(timeout=60) for _ in procs]
         with psycopg.connect(dsn, autocommit=True) as conn:
             load_ready_jobs(conn, jobs, notify=False)
-            probe = CpuProbe(conn, None, pids, wal=wal)
+            probe = CpuProbe(conn, {"workers": pids}, wal=wal)
             started = probe.started = time.perf_counter()
             go.set()
+            done_at_start = count(conn, "state = 'done'")
             seconds = wait_done(conn, jobs, started, alive=lambda: all(p.is_alive() for p in procs))
             usage = probe.finish()
             deadlocks = sum(finished.get(timeout=60) for _ in procs)
@@ -214,7 +245,7 @@ def drain(
             for p in procs:
                 p.join(30)
             probe.read_wal(usage)
-        return RawDrain(seconds, usage, deadlocks)
+        return RawDrain(seconds, done_at_start, usage, deadlocks)
     finally:
         stop.set()
         for p in procs:

@@ -41,6 +41,46 @@ EXPECTED_FIGURES = [
     "claim.rows1000.p99",
     "retention.rows_per_s",
     "retention.claim_p99_during",
+    # the CPU-bound workload (--cpu-ms, default 2) for brooq and the raw loops
+    "cpubound.ideal",
+    "cpubound.brooq.N2",
+    "cpubound.raw_two.P2",
+    "cpubound.raw_batch.P2",
+    # jobs done when each drain's clock started
+    "start.drain.brooq.N2",
+    "start.drain.raw_two.P2",
+    "start.drain.raw_batch.P2",
+    "start.priority.mixed.N2",
+    "start.cpubound.brooq.N2",
+    "start.cpubound.raw_two.P2",
+    # CPU per job of every process of the system, no-op and CPU-bound
+    "cpujob.noop.brooq.N2",
+    "cpujob.noop.brooq.N2.parent",
+    "cpujob.noop.brooq.N2.workers",
+    "cpujob.noop.raw_two.P2",
+    "cpujob.noop.raw_batch.P2",
+    "cpujob.cpu.brooq.N2",
+    "cpujob.cpu.brooq.N2.outside",
+    "cpujob.cpu.brooq.N2.parent",
+    "cpujob.cpu.raw_two.P2",
+    "cpujob.cpu.raw_batch.P2",
+    # an idle supervisor; what each per-job extra costs in a worker
+    "idle.parent_pct",
+    "idle.workers_pct",
+    "idle.supervisor_pct",
+    "extras.logs_on.us",
+    "extras.logs_default.us",
+    "extras.metrics.us",
+    "extras.title.us",
+]
+TARGETS_MEASURED_WITHOUT_PEERS = [
+    "no-op drain, 2 workers: brooq / raw two-commit loop at 2 processes",
+    "2 ms CPU-bound drain, 2 workers: brooq / ideal",
+    "2 ms CPU-bound drain, 2 workers: brooq's CPU per job outside the handler",
+    "idle latency p99 (NOTIFY on)",
+    "bulk enqueue: brooq / fastest raw bulk insert",
+    "idle supervisor, 2 workers (parent + workers)",
+    "per-job log lines (default), metrics, title / a worker's CPU per job (no-op)",
 ]
 
 
@@ -74,4 +114,13 @@ def test_quick_benchmark_runs_and_writes_its_results(server_url: str, tmp_path: 
     assert not missing, f"figures not produced: {missing}"
     assert all(f["values"] for f in doc["figures"].values())
     assert doc["machine"]["cores"] and doc["postgres"]["fsync"]
+    started = {k: f["values"] for k, f in doc["figures"].items() if k.startswith("start.")}
+    assert all(v == [0] for v in started.values()), started
+    drains = [k for k in doc["figures"] if k.startswith(("drain.", "cpubound.", "priority."))]
+    assert {f"start.{k}" for k in drains if k != "cpubound.ideal"} == set(started)
+    assert doc["cpu_ms"] == 2.0
+    measured = {t["label"]: t for t in doc["targets"] if t["met"] is not None}
+    missing = [label for label in TARGETS_MEASURED_WITHOUT_PEERS if label not in measured]
+    assert not missing, f"targets not measured: {missing}"
+    assert "Issue 21 targets" in done.stdout
     assert "results:" in done.stdout
