@@ -28,6 +28,7 @@ from benchmarks import (
     idle,
     latency,
     peers,
+    results_cost,
     retention,
     runs,
     targets,
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "latency": latency.run_round,
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
+    "results": results_cost.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -76,6 +78,7 @@ NAMES = [
     "latency",
     "claim_cost",
     "retention",
+    "results",
 ]
 
 
@@ -97,6 +100,7 @@ def group_order(ctx: Context) -> list[str]:
         latency.GROUP,
         claim_cost.GROUP,
         retention.GROUP,
+        results_cost.GROUP,
     ]
 
 
@@ -152,6 +156,14 @@ def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
         for name in peers.PEERS
     ]
     out += cpubound_ratios(sizes, cpu_ms)
+    top = sizes.max_workers
+    out.append(
+        Ratio(
+            f"stored results: drain returning a 100-byte dict / returning None (N={top})",
+            f"results.dict.N{top}",
+            f"results.none.N{top}",
+        )
+    )
     out += [
         Ratio(
             f"per-job extras: {name} / a worker's CPU per job (no-op, N={top})",

@@ -4,6 +4,7 @@ Each Queue has exactly one kind, so its workers claim with the one-topic
 statement (``claim_topic``), the common case.
 
 - ``queue``: ``bench.noop``, a handler that does nothing.
+- ``results``: ``bench.noop`` again, returning a dict of about 100 bytes (stored).
 - ``cpu``: ``bench.cpu``, a handler that spins ``BENCH_CPU_MS`` milliseconds
   of its own thread's CPU (``time.thread_time()``), as every system's
   CPU-bound handler does.
@@ -24,6 +25,7 @@ CPU_TOPIC = "bench.cpu"
 CPU_MS = float(os.environ.get("BENCH_CPU_MS", "2"))
 
 queue = brooq.Queue(os.environ.get("DATABASE_URL", ""))
+results = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 cpu = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 latency = brooq.Queue(os.environ.get("DATABASE_URL", ""))
 
@@ -43,6 +45,15 @@ def spin(ms: float) -> None:
 @queue.kind("bench.noop")
 def noop(claim: brooq.Claim) -> None:
     """Nothing: what is left is the queue's own cost."""
+
+
+RESULT = {"status": "ok", "rows": 42, "note": "a small result of about a hundred bytes"}
+
+
+@results.kind("bench.noop")
+def noop_with_result(claim: brooq.Claim) -> dict[str, object]:
+    """Nothing, and a small dict as its result (stored with the job)."""
+    return RESULT
 
 
 @cpu.kind(CPU_TOPIC)
