@@ -305,3 +305,21 @@ def test_brooq_dashboard_serves_alone_and_stops_on_sigterm(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_job_page_shows_the_result_escaped_and_cuts_a_large_one(
+    read_only: Served, pg: psycopg.Connection[Any]
+) -> None:
+    job = insert(pg, "report", "done")
+    pg.execute(
+        "UPDATE job SET result = %s::jsonb WHERE id = %s",
+        ('{"html": "<script>alert(1)</script>"}', job),
+    )
+    page = read_only.request("GET", f"/ui/jobs/{job}")
+    assert page.status == 200 and 'id="result"' in page.body
+    assert "<script>alert(1)" not in page.body and "&lt;script&gt;alert(1)" in page.body
+    big = insert(pg, "report", "done")
+    pg.execute("UPDATE job SET result = to_jsonb(repeat('x', 100000)) WHERE id = %s", (big,))
+    page = read_only.request("GET", f"/ui/jobs/{big}")
+    assert page.status == 200 and "cut: the result is 100002 bytes of JSON" in page.body
+    assert len(page.body) < 60_000

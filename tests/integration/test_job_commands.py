@@ -408,3 +408,24 @@ def test_no_worker_at_all_lists_every_topic_with_ready_jobs(
     assert out.strip() == "no live supervisor against this database"
     _, out, _ = brooq("status", "--json")
     assert json.loads(out)["unserved_topics"] == ["email.send"]
+
+
+def test_brooq_job_shows_the_result_and_jobs_list_does_not_carry_it(
+    brooq: Run, pg: psycopg.Connection[Any]
+) -> None:
+    (job_id,) = insert(pg, "report", "done")
+    pg.execute(
+        "UPDATE job SET result = %s::jsonb WHERE id = %s",
+        ('{"rows": 42, "note": "\\u001b[31mred"}', job_id),
+    )
+    code, out, _ = brooq("job", job_id)
+    assert code == 0
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("result")]
+    assert '"rows": 42' in line and "\x1b" not in line  # escaped like every field
+    code, out, _ = brooq("job", job_id, "--json")
+    assert code == 0 and json.loads(out)["result"] == {"rows": 42, "note": "\x1b[31mred"}
+    code, out, _ = brooq("jobs", "list", "--json")
+    assert code == 0
+    listed = json.loads(out)
+    rows = listed["jobs"] if isinstance(listed, dict) else listed
+    assert rows and all("result" not in row for row in rows)
