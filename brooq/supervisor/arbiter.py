@@ -326,7 +326,7 @@ class Supervisor(Wiring):
             self.held.release(self.producer.drain(), "stopping")
         else:
             demand = self.dispatcher.demand()
-            self.producer.run_once(now, demand.free, demand.workers)
+            self.producer.run_once(now, demand.free, demand.workers, demand.idle)
 
     def maintain(self, now: float) -> None:
         """Reaper, retention and periodic schedules, when each is due."""

@@ -66,9 +66,11 @@ UNKNOWN_SERVICE_S = 1.0
 
 @dataclass
 class Demand:
-    """How many more jobs the workers of each group can take now, and how many workers."""
+    """How many more jobs the workers of each group can take now, how many of them have
+    nothing queued, and how many workers there are."""
 
     free: dict[Group, int]
+    idle: dict[Group, int]
     workers: dict[Group, int]
 
 
@@ -141,8 +143,8 @@ class Dispatcher:
     def fits_behind(self, child: ChildProcess, claimed: Claimed) -> bool:
         """Whether ``claimed`` may wait in ``child``'s queue behind the jobs already there
         (never without a board: a job queued there could not be taken back)."""
-        if child.board is None:
-            return False
+        if child.board is None or claimed.topic in self.producer.limits:
+            return False  # a capped job (max_running) waits for an idle worker, anywhere
         head = self.expected(child.queue[0].claimed.topic)
         if head > LONG_JOB_S or self.expected(claimed.topic) > LONG_JOB_S:
             return False
@@ -209,13 +211,14 @@ class Dispatcher:
     def demand(self) -> Demand:
         """Jobs the workers of each group can take now (for the producer's claims)."""
         free: dict[Group, int] = {}
+        idle: dict[Group, int] = {}
         workers: dict[Group, int] = {}
         for child in self.workers():
             workers[child.group] = workers.get(child.group, 0) + 1
             if child.open:
-                room = self.room(child)
-                free[child.group] = free.get(child.group, 0) + room
-        return Demand(free, workers)
+                free[child.group] = free.get(child.group, 0) + self.room(child)
+                idle[child.group] = idle.get(child.group, 0) + (not child.queue)
+        return Demand(free, idle, workers)
 
     def room(self, child: ChildProcess) -> int:
         """How many more jobs ``child`` would take if its group's buffer were full."""
@@ -301,7 +304,7 @@ class Dispatcher:
         child.finished_jobs += 1
         topic, job_id = job.claimed.topic, msg.ticket.job_id
         self.measured(topic, msg.duration_s)
-        self.producer.finished(child.group, now, msg.duration_s)
+        self.producer.finished(child.group, now)
         if msg.written is not None or msg.outcome.kind is SettleKind.ABANDON:
             self.holdings.drop(job_id)
             if msg.written:

@@ -22,6 +22,8 @@ from brooq.supervisor.database import Database
 
 log = logging.getLogger("brooq.supervisor")
 
+RATE_WINDOW_S = 0.1
+"""The rate of a group is measured over windows of at least this long."""
 RATE_STALE_S = 1.0
 """No job finished for this long: the workers are not turning jobs over."""
 BUFFER_S = 0.05
@@ -54,8 +56,10 @@ class GroupState:
     next_poll: float = 0.0
     last_finish: float = -1e9
     """When a worker of the group last finished a job (prefetch pays off only while they do)."""
-    service: float = 1.0
-    """A moving average of the seconds from handing a job to a worker to its outcome."""
+    rate: float = 0.0
+    """A moving average of how many jobs the group's workers finish a second."""
+    window_start: float = 0.0
+    window_count: int = 0
     round_trip: float = 0.005
     """A moving average of how long a claim takes, seconds."""
     oldest: float = float("inf")
@@ -95,7 +99,8 @@ class Producer:
         """How many jobs to keep ahead of the group's idle workers.
 
         At least ``prefetch`` while the workers turn jobs over, and as many as
-        they can finish in BUFFER_S or two claim round trips, whichever is longer:
+        they finish (at the rate measured) in BUFFER_S or two claim round trips,
+        whichever is longer:
         fast handlers never wait for the database, and a claim is sent for a batch
         (the buffer is refilled once half of it is gone); none while they do not
         turn jobs over (jobs waiting behind long-running handlers would only be
@@ -103,8 +108,7 @@ class Producer:
         """
         if not self.prefetch or now - state.last_finish > RATE_STALE_S:
             return 0
-        capacity = workers / max(state.service, 1e-4)  # jobs per second, if always fed
-        covering = int(capacity * max(state.round_trip * 2, BUFFER_S)) + 1
+        covering = int(state.rate * max(state.round_trip * 2, BUFFER_S)) + 1
         return min(max(self.prefetch, covering), MAX_DEPTH)
 
     def wanted(self, state: GroupState, free: int, workers: int, now: float) -> int:
@@ -119,27 +123,56 @@ class Producer:
             return 0
         return max(0, free + depth - held)
 
-    def run_once(self, now: float, free: Mapping[Group, int], workers: Mapping[Group, int]) -> int:
-        """Send a claim for every group short of jobs; how many claims were sent."""
+    def run_once(
+        self,
+        now: float,
+        free: Mapping[Group, int],
+        workers: Mapping[Group, int],
+        idle: Mapping[Group, int] | None = None,
+    ) -> int:
+        """Send a claim for every group short of jobs; how many claims were sent.
+
+        ``idle`` (workers with nothing queued; default: as many as ``free``) bounds the
+        jobs of capped topics (max_running) a claim takes: a capped job held in a
+        buffer, or queued behind a running job, keeps another supervisor's idle worker
+        from running it.
+        """
         if self.paused:
             return 0
+        idle = free if idle is None else idle
         sent = 0
         for group, state in self.groups.items():
             if state.asked:
                 continue
             want = self.wanted(state, free.get(group, 0), workers.get(group, 0), now)
+            if all(t in self.limits for t in group):
+                want = min(want, idle.get(group, 0))
             if want <= 0 or not (state.more_ready or now >= state.next_poll):
                 continue
-            self._claim(state, want, now)
+            self._claim(state, want, idle.get(group, 0), now)
             sent += 1
         return sent
 
-    def _claim(self, state: GroupState, want: int, now: float) -> None:
+    def _claim(self, state: GroupState, want: int, idle: int, now: float) -> None:
         state.asked = want
-        topics, limits = (
-            list(state.topics),
-            {t: self.limits[t] for t in state.topics if t in self.limits},
+        limits = {t: self.limits[t] for t in state.topics if t in self.limits}
+        capped, free = (
+            [t for t in state.topics if t in limits],
+            [t for t in state.topics if t not in limits],
         )
+        store, holder, lease = self.store, self.holder, self.lease
+
+        def claim() -> list[Claimed]:
+            # Capped jobs only for the workers idle now, then the free topics for the rest.
+            out = (
+                store.claim_many(holder, capped, lease, min(want, idle), limits)
+                if capped and idle
+                else []
+            )
+            if free and len(out) < want:
+                out += store.claim_many(holder, free, lease, want - len(out), {})
+            return out
+
         lease_end = now + self.lease.total_seconds()
 
         def done(claimed: list[Claimed] | None, error: BaseException | None) -> None:
@@ -155,11 +188,7 @@ class Producer:
             state.buffer.extend(Buffered(c, now) for c in claimed)
             state.oldest = min(state.oldest, now)
 
-        self.db.submit(
-            f"claim:{','.join(topics)}",
-            lambda: self.store.claim_many(self.holder, topics, self.lease, want, limits),
-            done,
-        )
+        self.db.submit(f"claim:{','.join(state.topics)}", claim, done)
 
     def next_polls(self, now: float) -> list[float]:
         """When each group that found no more jobs looks again (the idle poll). A poll that is
@@ -191,12 +220,20 @@ class Producer:
             return None
         return state.buffer.popleft().claimed
 
-    def finished(self, group: Group, now: float, service: float) -> None:
-        """A worker of ``group`` finished a job that ran ``service`` seconds."""
+    def finished(self, group: Group, now: float) -> None:
+        """A worker of ``group`` finished a job: it counts toward the group's rate."""
         state = self.groups.get(group)
-        if state is not None:
-            state.last_finish = now
-            state.service += (service - state.service) / 16
+        if state is None:
+            return
+        if now - state.last_finish > RATE_STALE_S:  # a new spell of work: measure afresh
+            state.rate, state.window_start, state.window_count = 0.0, now, 0
+        state.last_finish = now
+        state.window_count += 1
+        elapsed = now - state.window_start
+        if elapsed >= RATE_WINDOW_S:
+            seen = state.window_count / elapsed
+            state.rate = seen if state.rate == 0.0 else state.rate + (seen - state.rate) / 2
+            state.window_start, state.window_count = now, 0
 
     def put_back(self, group: Group, claimed: Claimed, now: float) -> None:
         """A job given back unrun by a leaving worker goes first in line again."""

@@ -66,7 +66,7 @@ def test_a_stdout_nobody_reads_never_stalls_the_loop(
         dsn,
         tmp_path,
         args=["--workers", "2", "--lease", "3s", "--poll-interval", "100ms"],
-        env={"QUEUE_GRACEFUL_TIMEOUT": "1s"},
+        env={"QUEUE_GRACEFUL_TIMEOUT": "1s", "QUEUE_LOG_JOBS": "true"},  # a line per job
     ).start()
     output: list[bytes] = []
     try:

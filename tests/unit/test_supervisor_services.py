@@ -106,7 +106,7 @@ def test_a_group_that_turns_jobs_over_keeps_jobs_ahead_of_its_workers() -> None:
     store, db = InMemoryStore(), InlineDatabase()
     enqueue(store, 100)
     p = producer(store, db, prefetch=4)
-    p.finished(GROUP, 10.0, service=0.5)
+    p.finished(GROUP, 10.0)
     p.run_once(10.0, {GROUP: 2}, {GROUP: 8})
     db.finish()
     assert len(list(p.buffered())) == 2 + 4
@@ -116,19 +116,28 @@ def test_fast_handlers_get_a_deeper_buffer_than_prefetch_bounded() -> None:
     store, db = InMemoryStore(), InlineDatabase()
     p = producer(store, db, prefetch=4)
     state = p.groups[GROUP]
-    for _ in range(200):
-        p.finished(GROUP, 1.0, service=0.0005)  # 0.5 ms per job
+    for i in range(1000):
+        p.finished(GROUP, 1.0 + i * 0.0005)  # 2,000 jobs a second
     state.round_trip = 0.005
-    depth = p.depth(state, 8, 1.0)
-    assert 4 < depth <= 1000
-    assert p.depth(state, 8, 1.0 + RATE_STALE_S + 0.1) == 0  # stopped turning over
+    depth = p.depth(state, 8, 1.5)
+    assert 80 < depth <= 1000  # what they finish in 50 ms, at least
+    assert p.depth(state, 8, 1.5 + RATE_STALE_S + 0.1) == 0  # stopped turning over
+
+
+def test_slow_turnover_keeps_a_shallow_buffer() -> None:
+    store, db = InMemoryStore(), InlineDatabase()
+    p = producer(store, db, prefetch=2)
+    state = p.groups[GROUP]
+    for i in range(20):
+        p.finished(GROUP, 1.0 + i * 0.2)  # 5 jobs a second (workers that recycle, say)
+    assert p.depth(state, 8, 5.0) == 2  # the prefetch: not 50 ms of a fast group's work
 
 
 def test_prefetch_zero_claims_only_for_idle_workers() -> None:
     store, db = InMemoryStore(), InlineDatabase()
     enqueue(store, 20)
     p = producer(store, db, prefetch=0)
-    p.finished(GROUP, 1.0, service=0.001)
+    p.finished(GROUP, 1.0)
     p.run_once(1.0, {GROUP: 2}, {GROUP: 8})
     db.finish()
     assert len(list(p.buffered())) == 2
@@ -147,7 +156,7 @@ def test_a_capped_topic_is_never_claimed_beyond_its_cap_buffer_included() -> Non
     store, db = InMemoryStore(), InlineDatabase()
     enqueue(store, 20)
     p = producer(store, db, prefetch=8, limits={"a": 2})
-    p.finished(GROUP, 0.0, service=0.001)
+    p.finished(GROUP, 0.0)
     p.run_once(0.0, {GROUP: 8}, {GROUP: 8})
     db.finish()
     assert len(list(p.buffered())) == 2
