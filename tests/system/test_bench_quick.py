@@ -72,6 +72,11 @@ EXPECTED_FIGURES = [
     "extras.logs_default.us",
     "extras.metrics.us",
     "extras.title.us",
+    # a stored result against none
+    "results.none.N2",
+    "results.dict.N2",
+    "results.none.wal_bytes_per_job",
+    "results.dict.wal_bytes_per_job",
 ]
 TARGETS_MEASURED_WITHOUT_PEERS = [
     "no-op drain, 2 workers: brooq / raw two-commit loop at 2 processes",
@@ -116,7 +121,12 @@ def test_quick_benchmark_runs_and_writes_its_results(server_url: str, tmp_path: 
     assert doc["machine"]["cores"] and doc["postgres"]["fsync"]
     started = {k: f["values"] for k, f in doc["figures"].items() if k.startswith("start.")}
     assert all(v == [0] for v in started.values()), started
-    drains = [k for k in doc["figures"] if k.startswith(("drain.", "cpubound.", "priority."))]
+    drains = [
+        k
+        for k in doc["figures"]
+        if k.startswith(("drain.", "cpubound.", "priority.", "results."))
+        and not k.endswith("wal_bytes_per_job")
+    ]
     assert {f"start.{k}" for k in drains if k != "cpubound.ideal"} == set(started)
     assert doc["cpu_ms"] == 2.0
     measured = {t["label"]: t for t in doc["targets"] if t["met"] is not None}
