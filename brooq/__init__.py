@@ -9,6 +9,7 @@ Public API::
 
     job_id, created = queue.enqueue(brooq.Job(topic="email.send", payload={...}))
     queue.enqueue(job, conn=my_conn)      # inside your own transaction
+    queue.enqueue(brooq.Job(topic="report.send", after=[job_id]))  # waits for job_id
 """
 
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from brooq.vocabulary import (
     Delay,
     EnqueueConflict,
     Enqueued,
+    Handle,
     Interrupted,
     InvalidJob,
     InvalidKindOptions,
@@ -36,6 +38,7 @@ from brooq.vocabulary import (
     Lease,
     LeaseLost,
     NeedsDatabase,
+    Parent,
     PreserveAttempt,
     ResultNotJSON,
     ResultTimeout,
@@ -43,6 +46,7 @@ from brooq.vocabulary import (
     State,
     StoreUnavailable,
     Topic,
+    Workflow,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +76,7 @@ __all__ = [
     "Drained",
     "EnqueueConflict",
     "Enqueued",
+    "Handle",
     "Interrupted",
     "InvalidJob",
     "InvalidKindOptions",
@@ -87,6 +92,7 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "NeedsDatabase",
+    "Parent",
     "PreserveAttempt",
     "Queue",
     "ResultNotJSON",
@@ -95,6 +101,7 @@ __all__ = [
     "State",
     "StoreUnavailable",
     "Topic",
+    "Workflow",
     "__version__",
     "enqueue_async",
 ]

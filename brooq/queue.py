@@ -24,6 +24,7 @@ from brooq.vocabulary import (
     JobRecord,
     KindOptions,
     Schedule,
+    Workflow,
     coerce_duration,
     holder_id,
 )
@@ -227,6 +228,30 @@ class Queue:
             if not isinstance(job, Job):
                 raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
         return self.store.enqueue_many(jobs, conn)
+
+    def enqueue_workflow(
+        self, workflow: Workflow, conn: psycopg.Connection[Any] | None = None
+    ) -> list[Enqueued]:
+        """Write every job of ``workflow`` (``brooq.Workflow``) and the edges between them in
+        one transaction: ``conn``'s open one when given, else one of its own.
+
+        Each job carries ``workflow.id``; a job with parents starts ``waiting`` and becomes
+        ``pending`` in the transaction that ends its last parent. A cycle, or a workflow
+        enqueued before, raises InvalidJob before anything is written. One Enqueued per job,
+        in the order they were added (``created`` is always True).
+        """
+        if not isinstance(workflow, Workflow):
+            raise TypeError(
+                f"enqueue_workflow takes a brooq.Workflow, not {type(workflow).__name__}"
+            )
+        return self.store.enqueue_workflow(workflow, conn)
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of workflow ``workflow_id`` that has not ended (waiting, pending,
+        failed, running), in one statement; how many. Running handlers are interrupted by
+        their supervisors; jobs outside the workflow that wait for one of these follow
+        their own ``if_parent_fails``."""
+        return self.store.cancel_workflow(workflow_id, reason)
 
     async def enqueue_async(self, job: Job, *, conn: psycopg.AsyncConnection[Any]) -> Enqueued:
         """Enqueue one job on an asyncio connection, in its open transaction."""

@@ -1,5 +1,5 @@
 """The filter flags of the job commands (``--topic``, ``--state``, ``--since``, ``--until``,
-``--limit``, ``--after``), made into one :class:`brooq.engine.filters.JobFilter`."""
+``--workflow``, ``--limit``, ``--after``), made into one :class:`brooq.engine.filters.JobFilter`."""
 
 from __future__ import annotations
 
@@ -41,6 +41,9 @@ def add_filter_flags(
         metavar="WHEN",
         help="only jobs updated before: a duration ago or an ISO 8601 time",
     )
+    parser.add_argument(
+        "--workflow", metavar="ID", help="only jobs of this workflow (its id: workflow.id)"
+    )
     parser.add_argument("--limit", type=int, default=None, metavar="N", help=limit_help)
     if paging:
         parser.add_argument(
@@ -73,6 +76,7 @@ def filter_from(
             limit=args.limit,
             after=getattr(args, "after", None),
             ids=ids,
+            workflow=args.workflow,
             states=states,
             default_limit=default_limit,
         )
@@ -83,7 +87,8 @@ def filter_from(
 def refuse_blank(args: argparse.Namespace, ids: Sequence[str] = ()) -> None:
     """UsageError naming every filter flag (or job id) given as an empty or blank value."""
     given = [("--topic", t) for t in args.topic] + [
-        (f"--{name}", getattr(args, name, None)) for name in ("state", "since", "until", "after")
+        (f"--{name}", getattr(args, name, None))
+        for name in ("state", "since", "until", "after", "workflow")
     ]
     blank = [flag for flag, value in given if value is not None and not value.strip()]
     blank += ["a job id"] * any(not i.strip() for i in ids)

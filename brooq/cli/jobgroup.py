@@ -4,7 +4,9 @@ Every command takes the same filters (brooq.cli.filters), prints a count of
 what it changed (``--json``: one document), and exits 2 on bad input. The
 state guards live in the SQL (brooq/postgres/queries.sql): retry only moves
 ``dead`` (or ``canceled``) rows, cancel only ``pending``/``failed`` ones,
-purge only deletes terminal rows — whatever filter is given.
+purge only deletes terminal rows — whatever filter is given. ``jobs cancel --workflow
+ID`` cancels every job of a workflow that has not ended, running ones too, in one
+statement.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ def register(sub: Any) -> None:
     add_filter_flags(p, RETRYABLE)
     _bulk_flags(p)
     p.set_defaults(func=cmd_retry, needs_schema=True)
-    p = cmds.add_parser("cancel", help="cancel pending or failed jobs in bulk")
+    p = cmds.add_parser(
+        "cancel",
+        help="cancel waiting, pending or failed jobs in bulk (--workflow ID: all of a workflow)",
+    )
     p.add_argument("ids", nargs="*", metavar="ID", help="jobs to cancel (else: the filters)")
     add_filter_flags(p, CANCELABLE)
     p.add_argument("--reason", help="kept in last_error as 'canceled: REASON'")
@@ -180,11 +185,14 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
-    """Cancel every pending or failed job the ids or filters match."""
+    """Cancel every waiting, pending or failed job the ids or filters match, or every job of
+    a workflow that has not ended."""
     where = filter_from(args, CANCELABLE, args.ids)
-    if not args.ids and not args.topic:
-        raise UsageError("cancel in bulk needs job ids or at least one --topic")
     reason = reason_of(args.reason)
+    if where.workflow is not None:
+        return _cancel_workflow(args, settings, where, reason)
+    if not args.ids and not args.topic:
+        raise UsageError("cancel in bulk needs job ids, at least one --topic, or --workflow")
     if args.dry_run:
         _report(args, "canceled", _count(settings, where, CANCELABLE))
         return 0
@@ -195,6 +203,43 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         admin.close()
     _report(args, "canceled", canceled)
     return Exit.FAILED if where.ids and not canceled else 0
+
+
+def _cancel_workflow(
+    args: argparse.Namespace, settings: Settings, where: JobFilter, reason: str | None
+) -> int:
+    """``jobs cancel --workflow ID``: the whole workflow, in one statement."""
+    others = [flag for flag, given in _narrowing(args) if given]
+    if others:
+        raise UsageError(
+            f"--workflow cancels every job of the workflow that has not ended; it takes no "
+            f"other filter ({', '.join(others)} given): list them with `brooq jobs list "
+            "--workflow ID`"
+        )
+    assert where.workflow is not None
+    if args.dry_run:
+        live = tuple(s for s in State if not s.is_terminal)
+        _report(args, "canceled", _count(settings, where, live))
+        return 0
+    admin = _admin(settings)
+    try:
+        canceled = admin.cancel_workflow(where.workflow, reason)
+    finally:
+        admin.close()
+    _report(args, "canceled", canceled)
+    return 0
+
+
+def _narrowing(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """The filter flags besides --workflow, and whether each was given."""
+    return [
+        ("job ids", bool(args.ids)),
+        ("--topic", bool(args.topic)),
+        ("--state", args.state is not None),
+        ("--since", args.since is not None),
+        ("--until", args.until is not None),
+        ("--limit", args.limit is not None),
+    ]
 
 
 def reason_of(given: str | None) -> str | None:

@@ -13,6 +13,8 @@ from brooq.cli.common import print_json, require_dsn
 from brooq.cli.errors import UsageError
 from brooq.cli.text import safe
 from brooq.config import Settings
+from brooq.engine.inspection import Family, Relative
+from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job, JobRecord, parse_duration, parse_job_id
 
@@ -36,7 +38,7 @@ def register(sub: Any) -> None:
         help="higher runs first among ready jobs of a topic (-32768..32767)",
     )
     p.set_defaults(func=cmd_enqueue)
-    p = sub.add_parser("job", help="show a job's row: its whole fate")
+    p = sub.add_parser("job", help="show a job's row (its whole fate), its parents and children")
     p.add_argument("id", help="the job's id (a UUID)")
     p.add_argument("--json", action="store_true", help="the row as one JSON object")
     p.set_defaults(func=cmd_job)
@@ -148,6 +150,11 @@ def job_lines(record: JobRecord) -> list[str]:
         row.pop("locked_by")
     else:
         row.pop("last_holder")
+    if row["workflow_id"] is None:
+        row.pop("workflow_id")
+    if row["if_parent_fails"] is None:  # a job without parents
+        row.pop("if_parent_fails")
+        row.pop("parents_left")
     trace = row.pop("last_traceback", None)
     if row.get("payload_error") is None:
         row.pop("payload_error", None)  # only a payload Python cannot decode has one
@@ -166,6 +173,36 @@ def job_lines(record: JobRecord) -> list[str]:
     return lines
 
 
+def family_lines(family: Family) -> list[str]:
+    """The parents and the children of a job, one ``  id  state`` line each (none: no lines)."""
+    lines: list[str] = []
+    for title, relatives, total in (
+        ("parents", family.parents, family.parents_total),
+        ("children", family.children, family.children_total),
+    ):
+        if not total:
+            continue
+        lines.append(f"{title} ({total}):")
+        lines += [f"  {r.id}  {r.state or 'gone'}" for r in relatives]
+        if total > len(relatives):
+            lines.append(f"  … and {total - len(relatives)} more")
+    return lines
+
+
+def family_json(family: Family) -> dict[str, Any]:
+    """The parents and children of a job as JSON fields (a gone parent's state is null)."""
+
+    def side(relatives: list[Relative]) -> list[dict[str, Any]]:
+        return [{"id": r.id, "state": None if r.state is None else str(r.state)} for r in relatives]
+
+    return {
+        "parents": side(family.parents),
+        "parents_total": family.parents_total,
+        "children": side(family.children),
+        "children_total": family.children_total,
+    }
+
+
 def job_id_of(text: str) -> str:
     """A job id given on the command line; UsageError (exit 2) when it is not a UUID."""
     try:
@@ -175,17 +212,18 @@ def job_id_of(text: str) -> str:
 
 
 def cmd_job(args: argparse.Namespace, settings: Settings) -> int:
-    """Show the whole fate of one job."""
+    """Show the whole fate of one job, and the jobs it waits for and that wait for it."""
     args.id = job_id_of(args.id)
-    store = store_for(settings)
+    inspection = PostgresInspection(require_dsn(settings))
     try:
-        record = store.get(args.id)
+        record = inspection.job(args.id)
+        family = inspection.family(args.id)
     finally:
-        store.close()
+        inspection.close()
     if args.json:
-        print_json(presented(record))
+        print_json({**presented(record), **family_json(family)})
     else:
-        print("\n".join(job_lines(record)))
+        print("\n".join(job_lines(record) + family_lines(family)))
     return 0
 
 

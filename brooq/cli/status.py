@@ -20,7 +20,7 @@ from brooq.engine.inspection import Inspection, SkippedRow
 from brooq.engine.periodic import next_run
 from brooq.vocabulary import BrooqError, Schedule, SchemaMissing, format_duration
 
-STATES = ("pending", "failed", "processing", "done", "dead", "canceled")
+STATES = ("waiting", "pending", "failed", "processing", "done", "dead", "canceled")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
 DEAD_LISTED = 20
 

@@ -4,10 +4,13 @@ Kept apart from the Store port (the engine never needs these to run jobs)
 and from Inspection (which only reads). Every write names the states it may
 touch in its own statement, so no caller can make it change a live row:
 
-- retry: ``dead`` (or ``canceled`` when asked) → ``pending`` now, attempts and
-  expirations reset, the idempotency key kept;
-- cancel_many: ``pending`` or ``failed`` → ``canceled``;
-- purge: deletes ``done``, ``dead`` or ``canceled`` rows, in batches.
+- retry: ``dead`` (or ``canceled`` when asked) → ``pending`` now (``waiting`` while one
+  of its parents has not ended), attempts and expirations reset, the idempotency key
+  kept; the retried job's children that had not started wait for it again;
+- cancel_many: ``waiting``, ``pending`` or ``failed`` → ``canceled``;
+- cancel_workflow: every job of a workflow that has not ended → ``canceled``;
+- purge: deletes ``done``, ``dead`` or ``canceled`` rows, in batches (never a parent
+  whose children have not ended).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from brooq.engine.filters import JobFilter
 from brooq.vocabulary import InvalidInput, State
 
 RETRYABLE = (State.DEAD, State.CANCELED)
-CANCELABLE = (State.PENDING, State.FAILED)
+CANCELABLE = (State.WAITING, State.PENDING, State.FAILED)
 PURGEABLE = (State.DONE, State.DEAD, State.CANCELED)
 BATCH = 1000
 """Rows changed per transaction: no bulk action holds many row locks for long."""
@@ -33,7 +36,13 @@ class Admin(Protocol):
         ...
 
     def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
-        """Cancel the pending or failed jobs ``where`` matches (``where.state`` if given)."""
+        """Cancel the waiting, pending or failed jobs ``where`` matches (``where.state`` if
+        given)."""
+        ...
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not ended (running ones too), in one
+        statement; how many."""
         ...
 
     def purge(self, where: JobFilter) -> int:

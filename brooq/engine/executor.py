@@ -9,9 +9,10 @@ payload Python cannot decode, becomes an Outcome through one decision
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,10 +27,14 @@ from brooq.vocabulary import (
     KindNotRegistered,
     KindOptions,
     Lease,
+    Parent,
     ResultNotJSON,
     ResultTooLarge,
     encode_result,
 )
+
+ParentsOf = Callable[[str], Mapping[str, Parent]]
+"""Reads a job's parents from a store (``Store.parents``)."""
 
 log = logging.getLogger("brooq.runner")
 
@@ -56,11 +61,21 @@ class Executed:
 
 
 class Executor:
-    """Runs handlers in the calling thread (the main thread gets soft interrupts)."""
+    """Runs handlers in the calling thread (the main thread gets soft interrupts).
 
-    def __init__(self, kinds: Registry, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> None:
+    ``parents`` reads a job's parents for ``claim.parents``, only when a handler asks
+    (a job without parents, or a handler that never looks, costs no query).
+    """
+
+    def __init__(
+        self,
+        kinds: Registry,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        parents: ParentsOf | None = None,
+    ) -> None:
         self.kinds = kinds
         self.max_result_bytes = max_result_bytes
+        self.parents = parents
         self.interrupts = InterruptScope()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -110,6 +125,7 @@ class Executor:
             deadline=datetime.now(UTC) + timeout if timeout else None,
             max_attempts=options.max_attempts,
             expirations=claimed.expirations,
+            _read_parents=functools.partial(self.parents, claimed.id) if self.parents else None,
         )
 
     def _call(

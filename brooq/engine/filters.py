@@ -1,8 +1,8 @@
 """Which jobs an operator means: one frozen filter shared by the CLI and the dashboard.
 
 A filter names topics (any of them), one state, a window of ``updated_at``
-(since inclusive, until exclusive), explicit ids, a page size and a keyset
-cursor. Paging is by ``(updated_at, id)``, newest first, never by OFFSET: a
+(since inclusive, until exclusive), explicit ids, a workflow, a page size and a
+keyset cursor. Paging is by ``(updated_at, id)``, newest first, never by OFFSET: a
 page costs the same however deep it is, and rows added meanwhile do not
 shift the pages already read.
 """
@@ -57,6 +57,8 @@ class JobFilter:
     until: datetime | None = None
     """Only rows updated before this time."""
     ids: tuple[str, ...] = ()
+    workflow: str | None = None
+    """Only the jobs of this workflow (its id)."""
     limit: int = DEFAULT_PAGE
     """Rows per page (listings) or at most this many rows changed (bulk actions; 0: all)."""
     after: Cursor | None = field(default=None)
@@ -76,6 +78,7 @@ class JobFilter:
             "since": self.since,
             "until": self.until,
             "ids": list(self.ids),
+            "workflow": self.workflow,
         }
 
     @property
@@ -128,6 +131,7 @@ def filter_of(
     limit: int | None = None,
     after: str | None = None,
     ids: Sequence[str] = (),
+    workflow: str | None = None,
     states: Sequence[State] = tuple(State),
     default_limit: int = 0,
     flag: str = "--",
@@ -140,12 +144,19 @@ def filter_of(
         job_ids = tuple(parse_job_id(i) for i in ids)
     except ValueError as exc:
         raise InvalidInput(str(exc)) from None
+    try:
+        workflow_id = parse_job_id(workflow) if workflow else None
+    except ValueError:
+        raise InvalidInput(
+            f"{flag}workflow {workflow!r} is not a workflow id (a UUID: workflow.id)"
+        ) from None
     return JobFilter(
         topics=tuple(str(Topic(t.strip())) for t in topics if t.strip()),
         state=parse_state(state, tuple(states), f"{flag}state") if state else None,
         since=parse_when(since, f"{flag}since") if since else None,
         until=parse_when(until, f"{flag}until") if until else None,
         ids=job_ids,
+        workflow=workflow_id,
         limit=default_limit if limit is None else limit,
         after=Cursor.decode(after) if after else None,
     )

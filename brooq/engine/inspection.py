@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from brooq.engine.filters import Cursor, JobFilter
-from brooq.vocabulary import JobRecord
+from brooq.vocabulary import JobRecord, State
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +124,24 @@ class MinuteCount:
     dead: int
 
 
+@dataclass(frozen=True, slots=True)
+class Relative:
+    """A parent or a child of a job, and its state (None: the row is gone)."""
+
+    id: str
+    state: State | None
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """A job's parents and children (the first of each, by id) and how many there are."""
+
+    parents: list[Relative]
+    children: list[Relative]
+    parents_total: int = 0
+    children_total: int = 0
+
+
 class Inspection(Protocol):
     """What operators read about the queue. Every call is one bounded query."""
 
@@ -149,6 +167,10 @@ class Inspection(Protocol):
 
     def job(self, job_id: str) -> JobRecord:
         """One job's whole row; JobNotFound when there is none."""
+        ...
+
+    def family(self, job_id: str) -> Family:
+        """The jobs ``job_id`` waits for (or waited for) and the jobs that wait for it."""
         ...
 
     def list_jobs(self, where: JobFilter) -> JobPage:

@@ -29,8 +29,18 @@ class Reaper:
     batch: int = REAPER_BATCH
 
     def run_once(self) -> Requeued:
-        """One batch; logs JobRequeued and JobDead per topic and returns the counts."""
+        """One batch; logs JobRequeued and JobDead per topic and returns the counts.
+
+        Then the safety net of workflows: edges whose parent ended without resolving them
+        (its enqueue committed while the parent was ending), or whose parent is gone.
+        """
         done = self.store.requeue_expired(self.max_expirations, self.batch)
+        stranded = self.store.resolve_stranded(self.batch)
+        if stranded:
+            log.info(
+                "EdgesResolved",
+                extra={"event": "EdgesResolved", "count": stranded},
+            )
         for topic, n in done.pending:
             log.info("JobRequeued", extra={"event": "JobRequeued", "topic": topic, "count": n})
         for topic, n in done.dead:

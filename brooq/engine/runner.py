@@ -92,7 +92,7 @@ class SlotRunner:
         self.lease = lease
         self.topics = list(topics) if topics is not None else kinds.topics()
         self.listener = listener
-        self.executor = Executor(kinds, max_result_bytes)
+        self.executor = Executor(kinds, max_result_bytes, parents=store.parents)
         self.limits = {
             t: n for t in self.topics if t in kinds and (n := kinds.options(t).max_running)
         }

@@ -16,8 +16,10 @@ from brooq.vocabulary import (
     Enqueued,
     Job,
     JobRecord,
+    Parent,
     Schedule,
     SettleHook,
+    Workflow,
     decode_stored_payload,
 )
 
@@ -104,9 +106,32 @@ class Store(Protocol):
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
         """Insert jobs (idempotent per topic and key); in ``conn``'s transaction if given.
 
-        A store that cannot write in a caller's transaction (the in-memory
-        one) raises TypeError for a ``conn`` rather than ignoring it.
+        A job with parents (``Job(after=…)``) is written ``waiting`` while one of them has
+        not ended, ``pending`` when all have, or ``canceled`` by its policy when one ended
+        dead or canceled or does not exist (brooq.engine.edges). A store that cannot write
+        in a caller's transaction (the in-memory one) raises NeedsDatabase for a ``conn``
+        rather than ignoring it.
         """
+        ...
+
+    def enqueue_workflow(self, workflow: Workflow, conn: Any = None) -> list[Enqueued]:
+        """Write every job of ``workflow`` and its edges at once (one statement, in ``conn``'s
+        transaction if given), each job carrying the workflow's id; one Enqueued per job, in
+        the order they were added. InvalidJob for a cycle, or a workflow enqueued before."""
+        ...
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not ended (running ones too), in one
+        statement; how many. Their children's edges are resolved by their policies."""
+        ...
+
+    def parents(self, job_id: str) -> dict[str, Parent]:
+        """What job ``job_id`` sees of its parents: id → Parent(state, result), by id."""
+        ...
+
+    def resolve_stranded(self, batch: int = 1000) -> int:
+        """Resolve, by their children's policies, open edges whose parent has ended or is
+        gone (the reaper's safety net; see queries.sql ``resolve_stranded``); how many."""
         ...
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
@@ -158,6 +183,10 @@ class Store(Protocol):
 
     def settle_many(self, settles: Sequence[tuple[Ticket, Outcome]]) -> set[str]:
         """Write plain outcomes (no chain or hooks) in one statement; the ids written.
+
+        Like :meth:`settle`, :meth:`cancel` and the reaper's dead, it resolves the edges
+        of the jobs it ends in the same statement: a waiting child whose last parent ended
+        becomes pending (or canceled by its policy), exactly once.
 
         An id missing from the result was no longer held (lease lost): a
         normal result, never an error.

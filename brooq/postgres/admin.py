@@ -59,14 +59,26 @@ class PostgresAdmin:
         return total
 
     def retry(self, where: JobFilter) -> list[str]:
-        """Dead (or canceled) jobs back to pending now; the ids retried."""
+        """Dead (or canceled) jobs back to pending now (waiting while a parent has not
+        ended); the ids retried.
+
+        Each batch is one transaction of three statements: pick and lock the rows, open
+        again the edges to their children (which wait for them again), then write them,
+        each counting the parents it still waits for in a snapshot taken under those locks.
+        """
         require_state(where, RETRYABLE, "retry")
         ids: list[str] = []
 
         def batch(conn: psycopg.Connection[Any], want: int) -> int:
-            rows = conn.execute(sql("retry_jobs"), {**where.params(), "batch": want}).fetchall()
+            with conn.transaction():
+                params = {**where.params(), "batch": want}
+                picked = [r[0] for r in conn.execute(sql("retry_pick"), params)]
+                if not picked:
+                    return 0
+                conn.execute(sql("retry_rearm"), {"ids": picked})
+                rows = conn.execute(sql("retry_picked"), {"ids": picked}).fetchall()
             ids.extend(str(r[0]) for r in rows)
-            return len(rows)
+            return len(picked)
 
         self._batches(where.limit, batch)
         return ids
@@ -92,9 +104,18 @@ class PostgresAdmin:
         require_state(where, PURGEABLE, "purge")
 
         def batch(conn: psycopg.Connection[Any], want: int) -> int:
-            return conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).rowcount
+            row = conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).fetchone()
+            return int(row[0]) if row else 0
 
         return self._batches(where.limit, batch)
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not ended, in one statement; how many."""
+        reason = None if reason is None else clean_reason(reason)
+        params = {"workflow": parse_job_id(workflow_id), "reason": reason}
+        with self.connector.connection() as conn:
+            row = conn.execute(sql("cancel_workflow"), params).fetchone()
+        return int(row[0]) if row else 0
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel one job that is not terminal yet; a running handler hears of it."""

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from brooq.postgres.sql import sql
+from brooq.postgres.workflows import enqueue_graph_on, enqueue_graph_on_async, nodes_of
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     EnqueueConflict,
@@ -110,10 +111,15 @@ def enqueue_on(
     """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open.
 
     Nothing is committed here: the jobs become visible when the caller commits
-    and vanish if it rolls back.
+    and vanish if it rolls back. Jobs with parents (``after``) go with their edges
+    (brooq.postgres.workflows).
     """
     if not jobs:
         return []
+    if any(job.after_ids for job in jobs):
+        return enqueue_graph_on(
+            conn, nodes_of(jobs), notify=notify, max_payload_bytes=max_payload_bytes
+        )
     batch = PreparedBatch(jobs, max_payload_bytes)
     try:
         inserted = {str(r[0]) for r in conn.execute(batch.statement(), batch.params(notify))}
@@ -135,6 +141,10 @@ async def enqueue_on_async(
     """:func:`enqueue_on` for an asyncio connection."""
     if not jobs:
         return []
+    if any(job.after_ids for job in jobs):
+        return await enqueue_graph_on_async(
+            aconn, nodes_of(jobs), notify=notify, max_payload_bytes=max_payload_bytes
+        )
     batch = PreparedBatch(jobs, max_payload_bytes)
     try:
         cur = await aconn.execute(batch.statement(), batch.params(notify))

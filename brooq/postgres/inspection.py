@@ -15,6 +15,7 @@ from psycopg_pool import ConnectionPool
 from brooq.engine.filters import Cursor, JobFilter
 from brooq.engine.inspection import (
     DeadJob,
+    Family,
     JobPage,
     JobRow,
     MinuteCount,
@@ -28,6 +29,7 @@ from brooq.engine.inspection import (
 from brooq.postgres.connect import Connector, Source
 from brooq.postgres.rows import record
 from brooq.postgres.sql import sql
+from brooq.postgres.workflows import FAMILY_LIMIT, family_of
 from brooq.vocabulary import JobNotFound, JobRecord, parse_job_id
 
 READ_TIMEOUT = timedelta(seconds=5)
@@ -108,6 +110,16 @@ class PostgresInspection:
         if row is None:
             raise JobNotFound(f"no job with id {key}")
         return record(row)
+
+    def family(self, job_id: str, limit: int = FAMILY_LIMIT) -> Family:
+        """A job's parents and children with their states, at most ``limit`` of each."""
+        try:
+            key = parse_job_id(job_id)
+        except ValueError:
+            raise JobNotFound(f"no job with id {job_id!r}") from None
+        with self._reading() as cur:
+            rows = cur.execute(sql("family"), {"id": key, "limit": limit}).fetchall()
+        return family_of([(r["side"], r["id"], r["state"], r["total"]) for r in rows])
 
     def list_jobs(self, where: JobFilter) -> JobPage:
         """One page of the jobs ``where`` matches, newest ``updated_at`` first."""

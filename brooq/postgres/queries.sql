@@ -46,6 +46,112 @@ WHERE state IN ('done', 'dead', 'canceled') LIMIT 1
 -- A CTE nobody selects from is not run: counting its rows forces the NOTIFY.
 WHERE (SELECT count(*) FROM notified) >= 0
 
+-- fragment: resolve_children
+-- Workflows: the edges of the jobs a statement ended, resolved in that statement (so in
+-- the transaction that records their outcome). The statement names those jobs first, as
+-- `ended (id, state)`: done, dead or canceled (missing: a parent gone, from the reaper's
+-- safety net; other states resolve nothing). Then:
+-- doomed: the waiting children with if_parent_fails = 'cancel' of a parent that failed,
+--   and theirs, transitively: they are canceled here, so their own edges end here too;
+-- resolved: each edge still open from those parents gets the parent's end (an edge moves
+--   from NULL once: its row lock and the re-checked `parent_state IS NULL` make this
+--   statement the only one that resolves it);
+-- tally: per child, how many of its edges this statement resolved, and the first parent
+--   (by id) that failed, named in the reason of a cancel;
+-- locked: those children, locked in id order (two statements resolving edges of the same
+--   children never wait for each other in a cycle), read as they are now (a lock waits
+--   for a concurrent resolver to commit, then returns the row it wrote);
+-- fate: what each becomes: its counter of parents left less what was resolved here; a
+--   waiting child whose last parent ended becomes pending (canceled when one failed and
+--   its policy is cancel); a child in any other state keeps it (the counter still moves,
+--   and taking the lock is what serializes a concurrent retry of it);
+-- released: the children written, and woken: one NOTIFY brooq_job per topic with a child
+--   made pending (workers claim it at once), brooq_done when one was canceled.
+-- Rows of `ended` are never children here: one statement cannot update a row twice.
+doomed (id) AS (
+    SELECT e.child_id
+    FROM ended
+    JOIN job_edge AS e ON e.parent_id = ended.id AND e.parent_state IS NULL
+    JOIN job AS c ON c.id = e.child_id AND c.state = 'waiting' AND c.if_parent_fails = 'cancel'
+    WHERE ended.state IN ('dead', 'canceled', 'missing')
+      AND e.child_id NOT IN (SELECT id FROM ended)
+    UNION
+    SELECT e.child_id
+    FROM doomed
+    JOIN job_edge AS e ON e.parent_id = doomed.id AND e.parent_state IS NULL
+    JOIN job AS c ON c.id = e.child_id AND c.state = 'waiting' AND c.if_parent_fails = 'cancel'
+    WHERE e.child_id NOT IN (SELECT id FROM ended)
+), ending (id, state) AS (
+    SELECT id, state FROM ended WHERE state IN ('done', 'dead', 'canceled', 'missing')
+    UNION ALL
+    SELECT id, 'canceled' FROM doomed
+), resolved AS (
+    UPDATE job_edge AS e
+    SET parent_state = ending.state
+    FROM ending
+    WHERE e.parent_id = ending.id AND e.parent_state IS NULL
+    RETURNING e.parent_id, e.child_id, e.parent_state
+), tally AS (
+    SELECT child_id, count(*) AS ended,
+           (array_agg('canceled: parent ' || parent_id
+                      || CASE WHEN parent_state = 'missing' THEN ' does not exist'
+                              ELSE ' ended ' || parent_state END
+                      ORDER BY parent_id) FILTER (WHERE parent_state <> 'done'))[1] AS reason
+    FROM resolved
+    WHERE child_id NOT IN (SELECT id FROM ended)
+    GROUP BY child_id
+), locked AS (
+    SELECT c.id, c.state, c.parents_left, c.if_parent_fails
+    FROM job AS c
+    WHERE c.id IN (SELECT child_id FROM tally)
+    ORDER BY c.id
+    FOR NO KEY UPDATE
+), fate AS (
+    SELECT l.id, l.parents_left - t.ended AS parents_left, t.reason,
+           l.state = 'waiting' AS was_waiting,
+           CASE WHEN l.state <> 'waiting' THEN l.state
+                WHEN t.reason IS NOT NULL AND l.if_parent_fails = 'cancel' THEN 'canceled'
+                WHEN l.parents_left - t.ended > 0 THEN 'waiting'
+                ELSE 'pending' END AS state
+    FROM locked AS l JOIN tally AS t ON t.child_id = l.id
+), released AS (
+    UPDATE job
+    SET parents_left = fate.parents_left,
+        state = fate.state,
+        last_error = CASE WHEN fate.was_waiting AND fate.state = 'canceled'
+                          THEN fate.reason ELSE job.last_error END,
+        available_at = CASE WHEN fate.was_waiting AND fate.state = 'pending'
+                            THEN GREATEST(job.available_at, now()) ELSE job.available_at END,
+        updated_at = CASE WHEN fate.was_waiting AND fate.state <> 'waiting'
+                          THEN now() ELSE job.updated_at END
+    FROM fate
+    WHERE job.id = fate.id
+    RETURNING job.id, job.topic, job.state, fate.was_waiting AND fate.state <> 'waiting' AS woke
+), woken AS (
+    SELECT pg_notify('brooq_job', topic)
+    FROM (SELECT DISTINCT topic FROM released WHERE woke AND state = 'pending') AS t
+    UNION ALL
+    SELECT pg_notify('brooq_done', '')
+    FROM (SELECT FROM released WHERE woke AND state = 'canceled' LIMIT 1) AS t
+)
+
+-- fragment: resolve_forced
+-- Forces the NOTIFYs of resolve_children (its writes run whether read or not).
+(SELECT count(*) FROM woken) >= 0
+
+-- fragment: waited_for
+-- A row that a child not ended yet was enqueued after: the child may still read it
+-- (claim.parents), so retention and purge leave it.
+EXISTS (SELECT FROM job_edge AS e JOIN job AS c ON c.id = e.child_id
+        WHERE e.parent_id = job.id AND c.state NOT IN ('done', 'dead', 'canceled'))
+
+-- fragment: edges_gone
+-- The edges of deleted rows (a `gone` CTE) leave with them; a parent's edges stay while
+-- its child is there, so the child still lists it (as gone).
+edges_gone AS (
+    DELETE FROM job_edge WHERE child_id IN (SELECT id FROM gone)
+)
+
 -- name: enqueue_one
 -- One job. ON CONFLICT makes (topic, idempotency_key) idempotent; the caller
 -- looks the existing row up when nothing comes back.
@@ -143,9 +249,9 @@ RETURNING {{claimed_columns}}
 
 -- name: settle
 -- Write the outcome of one attempt, if this holder still holds this attempt,
--- with the handler's result when it is done.
+-- with the handler's result when it is done, and resolve its children's edges.
 -- A refund (PreserveAttempt) never takes attempts below the expirations.
-WITH settled AS (
+WITH RECURSIVE settled AS (
     UPDATE job
     SET state = %(state)s,
         attempts = GREATEST(attempts - %(refund)s, expirations),
@@ -160,14 +266,17 @@ WITH settled AS (
     RETURNING id, state
 ), notified AS (
     {{notify_ended}}
-)
+), ended AS (
+    SELECT id, state FROM settled
+), {{resolve_children}}
 SELECT id FROM settled
-{{notify_forced}}
+{{notify_forced}} AND {{resolve_forced}}
 
 -- name: settle_many
 -- The completer: the outcomes of many attempts in one statement, each row
--- fenced like `settle`. Rows not returned were no longer held (lease lost).
-WITH settled AS (
+-- fenced like `settle`, and their children's edges. Rows not returned were no
+-- longer held (lease lost).
+WITH RECURSIVE settled AS (
     UPDATE job
     SET state = o.state,
         attempts = GREATEST(job.attempts - o.refund, job.expirations),
@@ -186,9 +295,11 @@ WITH settled AS (
     RETURNING job.id, job.topic, job.state
 ), notified AS (
     {{notify_ended}}
-)
+), ended AS (
+    SELECT id, state FROM settled
+), {{resolve_children}}
 SELECT id, topic, state FROM settled
-{{notify_forced}}
+{{notify_forced}} AND {{resolve_forced}}
 
 -- name: heartbeat
 -- Extend every lease still held, in one statement whatever their number.
@@ -221,7 +332,9 @@ RETURNING id
 -- failure: attempts stay as they are and expirations counts it. A job whose
 -- lease expired max_expirations times in a row (no outcome recorded between
 -- them) goes dead: it may be killing its host.
--- At most `batch` rows a call, so no call holds the table for long.
+-- At most `batch` rows a call, so no call holds the table for long. A job it moves to
+-- dead resolves its children's edges, as a settle would.
+WITH RECURSIVE reaped AS (
 UPDATE job
 SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
                  THEN 'dead' ELSE 'pending' END,
@@ -242,40 +355,54 @@ WHERE id = ANY(ARRAY(
     LIMIT %(batch)s
     FOR NO KEY UPDATE SKIP LOCKED
 )) AND state = 'processing' AND locked_until < now()
-RETURNING topic, state
+RETURNING id, topic, state
+), ended AS (
+    SELECT id, state FROM reaped WHERE state = 'dead'
+), {{resolve_children}}
+SELECT topic, state FROM reaped
+WHERE {{resolve_forced}}
 
 -- name: delete_terminal
--- Retention: one batch of terminal rows older than the TTL, oldest first.
-DELETE FROM job
-WHERE id IN (
-    SELECT id FROM job
-    WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
-    ORDER BY updated_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING topic
+-- Retention: one batch of terminal rows older than the TTL, oldest first, and their
+-- edges. A parent whose children have not ended stays (they may read its result).
+WITH gone AS (
+    DELETE FROM job
+    WHERE id IN (
+        SELECT id FROM job
+        WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
+          AND NOT {{waited_for}}
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING id, topic
+), {{edges_gone}}
+SELECT topic FROM gone
 
 -- name: cancel
 -- Cancel a job that is not terminal yet; a running handler learns through
--- the NOTIFY (fast) or its next heartbeat (lease lost).
-WITH canceled AS (
+-- the NOTIFY (fast) or its next heartbeat (lease lost). Its children's edges
+-- are resolved in the same statement.
+WITH RECURSIVE canceled AS (
     UPDATE job
     SET state = 'canceled', updated_at = now(),
         last_error = COALESCE('canceled: ' || %(reason)s, last_error)
-    WHERE id = %(id)s AND state IN ('pending', 'failed', 'processing')
-    RETURNING id
+    WHERE id = %(id)s AND state IN ('pending', 'failed', 'processing', 'waiting')
+    RETURNING id, state
 ), notified AS (
     SELECT pg_notify('brooq_cancel', id::text) FROM canceled
-)
+), ended AS (
+    SELECT id, state FROM canceled
+), {{resolve_children}}
 SELECT id FROM canceled
-{{notify_forced}}
+{{notify_forced}} AND {{resolve_forced}}
 
 -- name: get
 -- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
 SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry_streak,
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
-       last_traceback, created_at, updated_at, result::text AS result
+       last_traceback, created_at, updated_at, result::text AS result, workflow_id,
+       parents_left, if_parent_fails
 FROM job
 WHERE id = %(id)s
 
@@ -352,6 +479,7 @@ AND (%(state)s::text IS NULL OR state = %(state)s::text)
 AND (%(since)s::timestamptz IS NULL OR updated_at >= %(since)s::timestamptz)
 AND (%(until)s::timestamptz IS NULL OR updated_at < %(until)s::timestamptz)
 AND (cardinality(%(ids)s::uuid[]) = 0 OR id = ANY(%(ids)s::uuid[]))
+AND (%(workflow)s::uuid IS NULL OR workflow_id = %(workflow)s::uuid)
 
 -- name: list_jobs
 -- A page of a listing, newest first, after a keyset cursor (never OFFSET).
@@ -367,35 +495,76 @@ LIMIT %(limit)s
 -- name: count_jobs
 SELECT count(*) AS jobs FROM job WHERE {{job_filter}}
 
--- name: retry_jobs
--- Dead (or canceled) jobs back to pending now, as new: attempts and expirations
--- reset, the idempotency key kept. The state guard is here, in the statement:
--- a live row (pending, failed, processing) or a done one is never touched.
-WITH picked AS (
-    SELECT id FROM job
-    WHERE {{job_filter}} AND state = %(state)s::text AND state IN ('dead', 'canceled')
-    ORDER BY updated_at, id
-    LIMIT %(batch)s
-    FOR NO KEY UPDATE SKIP LOCKED
+-- name: retry_pick
+-- One batch of an operator's retry: dead (or canceled) rows, locked until the batch's
+-- transaction ends. The state guard is here, in the statement: a live row (waiting,
+-- pending, failed, processing) or a done one is never touched. In id order: a workflow's
+-- parents come before their children (ids follow the order jobs were added).
+SELECT id FROM job
+WHERE {{job_filter}} AND state = %(state)s::text AND state IN ('dead', 'canceled')
+ORDER BY id
+LIMIT %(batch)s
+FOR NO KEY UPDATE SKIP LOCKED
+
+-- name: retry_rearm
+-- The retried jobs' children wait for them again: each edge from a retried job opens
+-- again, and its child (unless retried in this batch too) counts one more parent left;
+-- one that was pending or failed (its parents had all ended) waits again. The children
+-- are locked in id order, as resolve_children locks them.
+WITH rearmed AS (
+    UPDATE job_edge
+    SET parent_state = NULL
+    WHERE parent_id = ANY(%(ids)s::uuid[]) AND parent_state IS NOT NULL
+    RETURNING child_id
+), tally AS (
+    SELECT child_id, count(*) AS opened FROM rearmed
+    WHERE child_id <> ALL(%(ids)s::uuid[])
+    GROUP BY child_id
+), locked AS (
+    SELECT id, state FROM job
+    WHERE id IN (SELECT child_id FROM tally)
+    ORDER BY id
+    FOR NO KEY UPDATE
+)
+UPDATE job
+SET parents_left = job.parents_left + tally.opened,
+    state = CASE WHEN locked.state IN ('pending', 'failed') THEN 'waiting' ELSE job.state END,
+    updated_at = CASE WHEN locked.state IN ('pending', 'failed') THEN now() ELSE job.updated_at END
+FROM locked JOIN tally ON tally.child_id = locked.id
+WHERE job.id = locked.id
+
+-- name: retry_picked
+-- The picked rows back as new, attempts and expirations reset, the idempotency key
+-- kept: waiting when some parent has not ended (counted now, in this statement's
+-- snapshot, taken after the batch locked them: an edge resolved meanwhile had to wait
+-- for that lock), else pending now.
+WITH open AS (
+    SELECT picked.id,
+           (SELECT count(*) FROM job_edge AS e
+            WHERE e.child_id = picked.id AND e.parent_state IS NULL) AS parents_left
+    FROM unnest(%(ids)s::uuid[]) AS picked (id)
 ), retried AS (
     UPDATE job
-    SET state = 'pending', attempts = 0, expirations = 0, available_at = now(),
-        locked_by = NULL, locked_until = NULL, updated_at = now()
-    FROM picked
-    WHERE job.id = picked.id AND job.state IN ('dead', 'canceled')
-    RETURNING job.id, job.topic
+    SET state = CASE WHEN open.parents_left > 0 THEN 'waiting' ELSE 'pending' END,
+        parents_left = open.parents_left, attempts = 0, expirations = 0, expiry_streak = 0,
+        available_at = now(), locked_by = NULL, locked_until = NULL, updated_at = now()
+    FROM open
+    WHERE job.id = open.id AND job.state IN ('dead', 'canceled')
+    RETURNING job.id, job.topic, job.state
 ), notified AS (
-    SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM retried) t
+    SELECT pg_notify('brooq_job', topic)
+    FROM (SELECT DISTINCT topic FROM retried WHERE state = 'pending') AS t
 )
 SELECT id FROM retried
 {{notify_forced}}
 
 -- name: cancel_jobs
--- Bulk cancel of jobs that wait (pending, failed); running ones are canceled one
--- at a time (`cancel`), so their handlers hear of it.
-WITH picked AS (
+-- Bulk cancel of jobs that wait (waiting, pending, failed); running ones are canceled
+-- one at a time (`cancel`), so their handlers hear of it. Their children's edges are
+-- resolved in the same statement.
+WITH RECURSIVE picked AS (
     SELECT id FROM job
-    WHERE {{job_filter}} AND state IN ('pending', 'failed')
+    WHERE {{job_filter}} AND state IN ('waiting', 'pending', 'failed')
     ORDER BY id
     LIMIT %(batch)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -404,21 +573,29 @@ WITH picked AS (
     SET state = 'canceled', updated_at = now(),
         last_error = COALESCE('canceled: ' || %(reason)s, last_error)
     FROM picked
-    WHERE job.id = picked.id AND job.state IN ('pending', 'failed')
-    RETURNING job.id
-)
+    WHERE job.id = picked.id AND job.state IN ('waiting', 'pending', 'failed')
+    RETURNING job.id, job.state
+), ended AS (
+    SELECT id, state FROM canceled
+), {{resolve_children}}
 SELECT count(*) AS canceled FROM canceled
+WHERE {{resolve_forced}}
 
 -- name: purge_jobs
--- One batch of an operator's purge: terminal rows only, whatever the filter says.
-DELETE FROM job
-WHERE id IN (
-    SELECT id FROM job
-    WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled')
-    ORDER BY updated_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-) AND state IN ('done', 'dead', 'canceled')
+-- One batch of an operator's purge: terminal rows only, whatever the filter says, and
+-- their edges; a parent whose children have not ended stays, as with retention.
+WITH gone AS (
+    DELETE FROM job
+    WHERE id IN (
+        SELECT id FROM job
+        WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled') AND NOT {{waited_for}}
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    ) AND state IN ('done', 'dead', 'canceled')
+    RETURNING id
+), {{edges_gone}}
+SELECT count(*) AS purged FROM gone
 
 -- name: throughput
 -- Jobs that reached done or dead per minute, over a window (zeros included).
@@ -505,9 +682,133 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- name: tables_without_dml
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
-SELECT t FROM unnest(ARRAY['job', 'brooq_supervisor']) AS t
+SELECT t FROM unnest(ARRAY['job', 'job_edge', 'brooq_supervisor']) AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')
            AND has_table_privilege(to_regclass(t), 'UPDATE')
            AND has_table_privilege(to_regclass(t), 'DELETE'))
+
+-- name: parent_states
+-- Workflows: the parents an enqueue names that exist, with their states (the others are
+-- missing). Read before the jobs are planned (brooq.engine.edges), without a lock: a
+-- parent that ends between this read and the enqueue's commit cannot see the new edge,
+-- which the reaper's resolve_stranded then resolves.
+SELECT id, state FROM job WHERE id = ANY(%(ids)s::uuid[])
+
+-- name: enqueue_graph
+-- Jobs with parents (Job(after=…), a workflow), as brooq.engine.edges planned them: each
+-- with its state (waiting; pending when every parent had ended; canceled by its policy),
+-- its parents left, and its edges (parent_state set for a parent that had ended, or is
+-- missing). Edges go in with the child they belong to, in the same statement; a child
+-- whose idempotency key was taken is not inserted, and neither are its edges.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
+        AS input(id uuid, topic text, payload jsonb, key text, at timestamptz,
+                 priority smallint, state text, workflow uuid, policy text,
+                 parents_left int, error text)
+), inserted AS (
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, state,
+                     workflow_id, if_parent_fails, parents_left, last_error)
+    SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
+           state, workflow, policy, parents_left, error
+    FROM input
+    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, topic, state
+), edges AS (
+    INSERT INTO job_edge (parent_id, child_id, parent_state)
+    SELECT e.parent_id, e.child_id, e.parent_state
+    FROM jsonb_to_recordset(%(edges)s::jsonb) AS e(parent_id uuid, child_id uuid, parent_state text)
+    JOIN inserted ON inserted.id = e.child_id
+), notified AS (
+    SELECT pg_notify('brooq_job', topic)
+    FROM (SELECT DISTINCT topic FROM inserted WHERE state = 'pending') AS t
+    WHERE %(notify)s
+)
+SELECT id FROM inserted
+{{notify_forced}}
+
+-- name: parents
+-- What a child sees of its parents (claim.parents): each one's state now and result; a
+-- parent whose row is gone has the end its edge recorded, or none (NULL).
+SELECT e.parent_id AS id, COALESCE(p.state, NULLIF(e.parent_state, 'missing')) AS state,
+       p.result::text AS result
+FROM job_edge AS e
+LEFT JOIN job AS p ON p.id = e.parent_id
+WHERE e.child_id = %(id)s
+ORDER BY e.parent_id
+
+-- name: family
+-- A job's parents and children with their states (`brooq job`, the dashboard's job
+-- page): at most `limit` of each, by id, and how many there are.
+SELECT side, id, state, total
+FROM (
+    SELECT side, id, state,
+           count(*) OVER (PARTITION BY side) AS total,
+           row_number() OVER (PARTITION BY side ORDER BY id) AS n
+    FROM (
+        SELECT 'parent' AS side, e.parent_id AS id,
+               COALESCE(p.state, NULLIF(e.parent_state, 'missing')) AS state
+        FROM job_edge AS e LEFT JOIN job AS p ON p.id = e.parent_id
+        WHERE e.child_id = %(id)s
+        UNION ALL
+        SELECT 'child', e.child_id, c.state
+        FROM job_edge AS e JOIN job AS c ON c.id = e.child_id
+        WHERE e.parent_id = %(id)s
+    ) AS edge
+) AS numbered
+WHERE n <= %(limit)s
+ORDER BY side DESC, id
+
+-- name: cancel_workflow
+-- Every job of a workflow that has not ended, canceled in one statement (running ones
+-- too: their supervisors hear of it through brooq_cancel), locked in id order, and the
+-- edges to jobs outside the workflow resolved by their policies.
+WITH RECURSIVE picked AS (
+    SELECT id, state FROM job
+    WHERE workflow_id = %(workflow)s AND state IN ('waiting', 'pending', 'failed', 'processing')
+    ORDER BY id
+    FOR NO KEY UPDATE
+), canceled AS (
+    UPDATE job
+    SET state = 'canceled', updated_at = now(),
+        last_error = COALESCE('canceled: ' || %(reason)s, last_error)
+    FROM picked
+    WHERE job.id = picked.id AND job.state IN ('waiting', 'pending', 'failed', 'processing')
+    RETURNING job.id, job.state, picked.state AS was
+), notified AS (
+    SELECT pg_notify('brooq_cancel', id::text) FROM canceled WHERE was = 'processing'
+    UNION ALL
+    SELECT pg_notify('brooq_done', '') FROM (SELECT FROM canceled LIMIT 1) AS t
+), ended AS (
+    SELECT id, state FROM canceled
+), {{resolve_children}}
+SELECT count(*) AS canceled FROM canceled
+{{notify_forced}} AND {{resolve_forced}}
+
+-- name: resolve_stranded
+-- The reaper's safety net: edges still open whose parent has ended, or is gone. The
+-- statement that ends a parent resolves every edge committed before it began; an edge
+-- whose enqueue committed while its parent was ending (it read the parent as live, the
+-- settle could not see the edge), or a parent deleted by hand, is resolved here, by the
+-- same fragment. A parent that ended is locked (shared) and read again, so one retried
+-- meanwhile is left alone.
+WITH RECURSIVE unresolved AS (
+    SELECT DISTINCT parent_id AS id FROM job_edge WHERE parent_state IS NULL
+), stranded AS (
+    SELECT unresolved.id FROM unresolved
+    WHERE NOT EXISTS (SELECT FROM job WHERE job.id = unresolved.id
+                      AND job.state NOT IN ('done', 'dead', 'canceled'))
+    LIMIT %(batch)s
+), finished AS (
+    SELECT job.id, job.state FROM job
+    WHERE job.id IN (SELECT id FROM stranded) AND job.state IN ('done', 'dead', 'canceled')
+    FOR SHARE
+), ended AS (
+    SELECT id, state FROM finished
+    UNION ALL
+    SELECT id, 'missing' FROM stranded
+    WHERE NOT EXISTS (SELECT FROM job WHERE job.id = stranded.id)
+), {{resolve_children}}
+SELECT count(*) AS resolved FROM resolved
+WHERE {{resolve_forced}}

@@ -30,10 +30,12 @@ def record(row: Mapping[str, Any]) -> JobRecord:
     """A JobRecord from a row of the ``get`` statement (its payload still JSON text)."""
     payload, error = decode_stored_payload(row["payload"])
     result = row.get("result")
+    workflow = row.get("workflow_id")
     return JobRecord(
         **{
             **row,
             "id": str(row["id"]),
+            "workflow_id": None if workflow is None else str(workflow),
             "state": State(row["state"]),
             "payload": payload,
             "payload_error": error,

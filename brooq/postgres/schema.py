@@ -25,6 +25,7 @@ MARKS = {
     "0007.supervisor": "relation:brooq_supervisor",
     "0008.job-expiry-streak": "column:expiry_streak",
     "0010.job-result": "column:result",
+    "0012.job-workflows": "relation:job_edge",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

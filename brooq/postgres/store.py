@@ -33,14 +33,18 @@ from brooq.postgres.rows import (
     topic_counts,
 )
 from brooq.postgres.sql import sql
+from brooq.postgres.workflows import enqueue_workflow_on, parents_on
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
+    InvalidJob,
     Job,
     JobNotFound,
     JobRecord,
+    Parent,
     Schedule,
     SettleHook,
+    Workflow,
     parse_job_id,
 )
 
@@ -117,6 +121,33 @@ class PostgresStore:
             return enqueue_on(
                 own, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
             )
+
+    def enqueue_workflow(self, workflow: Workflow, conn: Any = None) -> list[Enqueued]:
+        """Write the workflow's jobs and edges in one statement; in ``conn``'s transaction
+        when given. One Enqueued per job, in the order they were added."""
+        if conn is not None:
+            return enqueue_workflow_on(conn, workflow, self.notify, self.max_payload_bytes)
+        with self.connector.connection() as own:
+            return enqueue_workflow_on(own, workflow, self.notify, self.max_payload_bytes)
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not ended, in one statement; how many."""
+        try:
+            key = parse_job_id(workflow_id)
+        except ValueError as exc:
+            raise InvalidJob(f"workflow id: {exc}") from None
+        params = {"workflow": key, "reason": None if reason is None else clean_reason(reason)}
+        return int(self._retrying(sql("cancel_workflow"), params)[0][0])
+
+    def parents(self, job_id: str) -> dict[str, Parent]:
+        """What the job sees of its parents: id → Parent(state, result)."""
+        key = self._key(job_id)
+        with self.connector.connection() as conn:
+            return parents_on(conn, key)
+
+    def resolve_stranded(self, batch: int = 1000) -> int:
+        """The reaper's safety net for edges (queries.sql ``resolve_stranded``); how many."""
+        return int(self._retrying(sql("resolve_stranded"), {"batch": batch})[0][0])
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
         """Insert jobs on an asyncio connection, in its open transaction."""

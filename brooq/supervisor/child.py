@@ -99,7 +99,9 @@ class Worker:
         metrics: Metrics | None = None,
     ) -> None:
         self.queue, self.config, self.sock, self.board = queue, config, sock, board
-        self.executor = Executor(queue.registry, config.max_result_bytes)
+        self.executor = Executor(
+            queue.registry, config.max_result_bytes, parents=lambda job: self.store.parents(job)
+        )
         self.executor.interrupts.accept = self._interrupt_is_ours
         self.metrics = metrics
         self.log = LoggingListener(every_job=config.log_jobs)

@@ -1,6 +1,6 @@
 """brooq's vocabulary: the words every layer shares. Standard library only."""
 
-from brooq.vocabulary.claim import Claim, Lease, SettleHook
+from brooq.vocabulary.claim import Claim, Lease, ParentsReader, SettleHook
 from brooq.vocabulary.durations import coerce_duration, format_duration, parse_duration
 from brooq.vocabulary.errors import (
     BrooqError,
@@ -32,6 +32,7 @@ from brooq.vocabulary.holder import holder_host, holder_id
 from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
 from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
+from brooq.vocabulary.parents import IF_PARENT_FAILS, HasJobId, IfParentFails, Parent
 from brooq.vocabulary.payload import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     decode_payload,
@@ -52,6 +53,7 @@ from brooq.vocabulary.result import (
 from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
+from brooq.vocabulary.workflow import Handle, Node, Workflow
 
 __all__ = [
     "BUILTIN_KIND_DEFAULTS",
@@ -59,6 +61,7 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_MAX_RESULT_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
+    "IF_PARENT_FAILS",
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
     "TERMINAL_STATES",
@@ -70,7 +73,10 @@ __all__ = [
     "Delay",
     "EnqueueConflict",
     "Enqueued",
+    "Handle",
     "HandlerSignal",
+    "HasJobId",
+    "IfParentFails",
     "Interrupted",
     "InvalidInput",
     "InvalidJob",
@@ -88,6 +94,9 @@ __all__ = [
     "Lease",
     "LeaseLost",
     "NeedsDatabase",
+    "Node",
+    "Parent",
+    "ParentsReader",
     "PreserveAttempt",
     "PrivilegeMissing",
     "ResultNotJSON",
@@ -100,6 +109,7 @@ __all__ = [
     "State",
     "StoreUnavailable",
     "Topic",
+    "Workflow",
     "coerce_duration",
     "decode_payload",
     "decode_stored_payload",

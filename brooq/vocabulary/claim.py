@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
 from brooq.vocabulary.job import Job
+from brooq.vocabulary.parents import Parent
 
 SettleHook = Callable[[Any], None]
 """A function called with the database connection of the settle transaction."""
+
+ParentsReader = Callable[[], Mapping[str, Parent]]
+"""What reads a claimed job's parents from its store (called once, on first use)."""
 
 
 class Lease(NamedTuple):
@@ -30,7 +34,8 @@ class Claim:
     attempt times out (None when the kind has no attempt timeout). Jobs added
     with :meth:`chain` and hooks added with :meth:`on_succeeded` run in the
     transaction that settles this job ``done``, and only then: if that
-    transaction fails, they roll back with it.
+    transaction fails, they roll back with it. :attr:`parents` reads the
+    jobs it was enqueued after.
     """
 
     id: str
@@ -43,6 +48,21 @@ class Claim:
     expirations: int = 0
     _chained: list[Job] = field(default_factory=list, repr=False)
     _hooks: list[SettleHook] = field(default_factory=list, repr=False)
+    _read_parents: ParentsReader | None = field(default=None, repr=False)
+    _parents: Mapping[str, Parent] | None = field(default=None, repr=False)
+
+    @property
+    def parents(self) -> Mapping[str, Parent]:
+        """The jobs this one waited for (``Job(after=…)``, a workflow's edges): id →
+        ``Parent(state, result)``, in id order; empty for a job without parents.
+
+        Read from the store on first use (a job that never asks pays nothing), then kept.
+        A parent whose row is gone has state None. Under ``if_parent_fails="run"`` this is
+        how a child sees which parents failed.
+        """
+        if self._parents is None:
+            self._parents = dict(self._read_parents()) if self._read_parents else {}
+        return self._parents
 
     @property
     def is_last_attempt(self) -> bool:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from brooq.vocabulary.errors import InvalidJob
+from brooq.vocabulary.parents import HasJobId, IfParentFails, check_policy, parent_ids
 from brooq.vocabulary.state import State
 from brooq.vocabulary.topic import Topic
 
@@ -22,8 +24,13 @@ class Job:
     deduplicates per topic for the life of the row; ``""`` or None means no
     key. ``available_at`` (timezone-aware) delays the first attempt; None means
     now. ``priority`` (a small int, default 0): higher runs first among ready
-    jobs of a topic. Invalid values raise :class:`InvalidJob` or
-    ``InvalidTopic`` here, before anything is written.
+    jobs of a topic. ``after`` (job ids, or the Enqueued values enqueue
+    returned) makes it wait, in state ``waiting``, until every one of those
+    jobs (its parents) has ended; ``if_parent_fails`` says what then happens
+    when one of them ended ``dead`` or ``canceled``, or does not exist:
+    ``"cancel"`` (the default) cancels it, ``"run"`` runs it anyway. Invalid
+    values raise :class:`InvalidJob` or ``InvalidTopic`` here, before
+    anything is written.
     """
 
     topic: str
@@ -31,10 +38,15 @@ class Job:
     idempotency_key: str | None = None
     available_at: datetime | None = None
     priority: int = 0
+    after: Sequence[str | HasJobId] = ()
+    if_parent_fails: IfParentFails = "cancel"
     _topic: Topic = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_topic", Topic(self.topic))
+        if self.after != ():
+            object.__setattr__(self, "after", parent_ids(self.after))
+        check_policy(self.if_parent_fails)
         key = self.idempotency_key
         if key is not None:
             if not isinstance(key, str):
@@ -61,6 +73,11 @@ class Job:
                 raise InvalidJob(
                     "available_at must be timezone-aware, e.g. datetime.now(timezone.utc)"
                 )
+
+    @property
+    def after_ids(self) -> tuple[str, ...]:
+        """The ids of ``after``, canonical, each once, in the order given."""
+        return self.after  # type: ignore[return-value]  # normalised in __post_init__
 
 
 class Enqueued(tuple[str, bool]):
@@ -122,6 +139,12 @@ class JobRecord:
     result: Any = None
     """What the handler returned (decoded JSON) when the job is ``done``; None otherwise, or
     when it returned nothing."""
+    workflow_id: str | None = None
+    """The workflow the job was enqueued in (``queue.enqueue_workflow``), or None."""
+    parents_left: int = 0
+    """How many of its parents have not ended (what a ``waiting`` job waits for)."""
+    if_parent_fails: str | None = None
+    """The policy of a job with parents (``cancel`` or ``run``); None for a job without."""
 
     @property
     def charged_attempts(self) -> int:

@@ -1,4 +1,4 @@
-"""The six states of a job."""
+"""The seven states of a job."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ from enum import StrEnum
 
 
 class State(StrEnum):
-    """Where a job is now. ``failed`` waits for its next attempt; it is no verdict."""
+    """Where a job is now. ``failed`` waits for its next attempt; it is no verdict.
+
+    ``waiting`` is a job enqueued after other jobs (its parents): it is not
+    claimable until every parent has ended, then it becomes ``pending`` (or
+    ``canceled``, by its ``if_parent_fails`` policy).
+    """
 
     PENDING = "pending"
     PROCESSING = "processing"
@@ -14,6 +19,7 @@ class State(StrEnum):
     FAILED = "failed"
     DEAD = "dead"
     CANCELED = "canceled"
+    WAITING = "waiting"
 
     @property
     def is_terminal(self) -> bool:
@@ -27,4 +33,5 @@ class State(StrEnum):
 
 
 TERMINAL_STATES = frozenset({State.DONE, State.DEAD, State.CANCELED})
+"""The states that end a job: a parent in one of them has ended."""
 CLAIMABLE_STATES = frozenset({State.PENDING, State.FAILED})

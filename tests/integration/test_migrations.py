@@ -16,6 +16,7 @@ ALL = [
     "0007.supervisor",
     "0008.job-expiry-streak",
     "0010.job-result",
+    "0012.job-workflows",
 ]
 
 

@@ -54,6 +54,10 @@ def arrange(pg: psycopg.Connection[Any]) -> dict[str, str]:
             "updated_at) VALUES ('report.build', '{}', 'dead', 5, 'old', "
             "now() - interval '2 hours')"
         ),
+        "waiting": insert(
+            "INSERT INTO job (topic, payload, state, parents_left, if_parent_fails) "
+            "VALUES ('report.build', '{}', 'waiting', 1, 'cancel')"
+        ),
     }
     pg.execute(
         "INSERT INTO job (topic, payload, state, attempts) "
@@ -89,6 +93,7 @@ def test_status_text_shows_every_section(
     header = next(line for line in lines if line.startswith("topic"))
     assert header.split() == [
         "topic",
+        "waiting",
         "pending",
         "failed",
         "processing",
@@ -99,10 +104,11 @@ def test_status_text_shows_every_section(
         "ready",
     ]
     email = next(line for line in lines if line.startswith("email.send "))
-    assert email.split()[1:7] == ["1", "0", "1", "3", "0", "0"]
-    assert email.split()[7].startswith("1m3")  # waited about 90 s
+    assert email.split()[1:8] == ["0", "1", "0", "1", "3", "0", "0"]
+    assert email.split()[8].startswith("1m3")  # waited about 90 s
     report = next(line for line in lines if line.startswith("report.build "))
-    assert report.split()[1:8] == ["1", "0", "0", "0", "2", "0", "—"]  # later: not ready
+    # later: not ready, and a job waiting for its parents is not ready either
+    assert report.split()[1:9] == ["1", "1", "0", "0", "0", "2", "0", "—"]
     assert "running: 1" in out
     running = next(line for line in lines if ids["running"] in line)
     assert "host-a:4242" in running and "email.send" in running
@@ -143,6 +149,7 @@ def test_status_json_is_one_object_with_every_section(
         ("email.send", "done"): 3,
         ("report.build", "pending"): 1,
         ("report.build", "dead"): 2,
+        ("report.build", "waiting"): 1,
     }
     assert set(data["oldest_ready_s"]) == {"email.send"}
     assert 85 <= data["oldest_ready_s"]["email.send"] <= 150

@@ -18,18 +18,23 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from brooq.engine.edges import enqueued_twice
 from brooq.engine.fake.recording import RecordingConnection
 from brooq.engine.fake.upkeep import FakeUpkeep
 from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed, SettleHookFailed, Ticket
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
+    TERMINAL_STATES,
     Enqueued,
     Job,
     JobRecord,
     NeedsDatabase,
+    Node,
     SettleHook,
     State,
+    Workflow,
+    new_job_ids,
 )
 
 
@@ -49,7 +54,29 @@ class InMemoryStore(FakeUpkeep):
                 "without conn= here"
             )
         with self._lock:
-            return [self._enqueue_one(job) for job in jobs]
+            return self._enqueue_jobs(jobs)
+
+    def _enqueue_jobs(self, jobs: Sequence[Job]) -> list[Enqueued]:
+        if any(job.after_ids for job in jobs):
+            ids = new_job_ids(len(jobs))
+            nodes = [Node(i, job, job.after_ids) for i, job in zip(ids, jobs, strict=True)]
+            return self._enqueue_graph(nodes, None)
+        return [self._enqueue_one(job) for job in jobs]
+
+    def enqueue_workflow(self, workflow: Workflow, conn: Any = None) -> list[Enqueued]:
+        """Write every job of ``workflow`` at once; one Enqueued per job, in the order added.
+
+        ``conn`` is refused, as for :meth:`enqueue_many`.
+        """
+        if conn is not None:
+            self.enqueue_many([], conn)  # raises NeedsDatabase
+        nodes = workflow.nodes()
+        with self._lock:
+            if any(n.id in self.rows for n in nodes):
+                raise enqueued_twice(workflow.id)
+            written = self._enqueue_graph(nodes, workflow.id)
+            done = dict(zip([n.id for n in nodes], written, strict=True))
+            return [done[h.id] for h in workflow]
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
         """Refused: the in-memory store has no asyncio transaction to join."""
@@ -133,7 +160,10 @@ class InMemoryStore(FakeUpkeep):
                 return False
             if outcome.kind is SettleKind.DONE:
                 self._run_hooks(chain, hooks)
-            self.rows[row.id] = self._settled(row, outcome, self.now())
+            now = self.now()
+            self.rows[row.id] = self._settled(row, outcome, now)
+            if outcome.state in TERMINAL_STATES:
+                self._resolve([(row.id, str(outcome.state))], now)
             self._ended_some()
             return True
 
@@ -154,11 +184,15 @@ class InMemoryStore(FakeUpkeep):
         """Write plain outcomes; the ids of the rows still held (and now written)."""
         with self._lock:
             written, now = set(), self.now()  # one statement: one now() for every row
+            ended = []
             for ticket, outcome in settles:
                 row = self._held(ticket)
                 if row is not None and outcome.kind is not SettleKind.ABANDON:
                     self.rows[row.id] = self._settled(row, outcome, now)
                     written.add(row.id)
+                    if outcome.state in TERMINAL_STATES:
+                        ended.append((row.id, str(outcome.state)))
+            self._resolve(ended, now)
             if written:
                 self._ended_some()
             return written
@@ -166,15 +200,16 @@ class InMemoryStore(FakeUpkeep):
     def _run_hooks(self, chain: Sequence[Job], hooks: Sequence[SettleHook]) -> None:
         conn = RecordingConnection()
         saved = dict(self.rows)
+        edges = {child: dict(parents) for child, parents in self.edges.items()}
+        children = {parent: set(kids) for parent, kids in self.children.items()}
         try:
-            for job in chain:
-                self._enqueue_one(job)
+            self._enqueue_jobs(chain)
             for hook in hooks:
                 conn.hook = f"settle hook {getattr(hook, '__qualname__', None) or repr(hook)}"
                 hook(conn)
         except BaseException as exc:
             # Like the real transaction: any exception rolls back what the hooks wrote.
-            self.rows = saved
+            self.rows, self.edges, self.children = saved, edges, children
             if isinstance(exc, NeedsDatabase) or not isinstance(exc, Exception):
                 raise  # the test, not the job, is at fault: fail it loudly
             raise SettleHookFailed(f"{type(exc).__name__}: {exc}") from exc

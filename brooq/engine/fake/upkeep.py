@@ -1,4 +1,4 @@
-"""The in-memory store's upkeep: the reaper, retention, cancel and the schedules' reads."""
+"""The in-memory store's upkeep: the reaper, retention, cancels and the schedules' reads."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from collections import Counter
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from brooq.engine.fake.table import FakeTable
+from brooq.engine.fake.graph import FakeGraph
 from brooq.engine.outcome import clean_reason
 from brooq.engine.store import Requeued, TopicCount
-from brooq.vocabulary import TERMINAL_STATES, JobRecord, Schedule, State
+from brooq.vocabulary import TERMINAL_STATES, JobRecord, Schedule, State, parse_job_id
 
 
-class FakeUpkeep(FakeTable):
+class FakeUpkeep(FakeGraph):
     """What the supervisor's maintenance and the operators do to the rows, as PostgreSQL does."""
 
     def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
@@ -51,6 +51,8 @@ class FakeUpkeep(FakeTable):
                     returned = replace(returned, state=State.PENDING, locked_by=None)
                     pending[row.topic] += 1
                 self.rows[row.id] = returned
+            ended = [(r.id, "dead") for r in expired[:batch] if self.rows[r.id].state is State.DEAD]
+            self._resolve(ended, now)
             if dead:
                 self._ended_some()
             return Requeued(_counts(pending), _counts(dead))
@@ -65,12 +67,15 @@ class FakeUpkeep(FakeTable):
                 (
                     r
                     for r in self.rows.values()
-                    if r.state in TERMINAL_STATES and r.updated_at < cutoff
+                    if r.state in TERMINAL_STATES
+                    and r.updated_at < cutoff
+                    and not self._waited_for(r.id)
                 ),
                 key=lambda r: r.updated_at,
             )[:batch]
             for row in old:
                 del self.rows[row.id]
+                self._forget_edges(row.id)
             return _counts(Counter(row.topic for row in old))
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
@@ -81,14 +86,40 @@ class FakeUpkeep(FakeTable):
                 return False
             if reason is not None:  # as PostgreSQL stores it: '' is a reason too
                 reason = "canceled: " + clean_reason(reason)
+            now = self.now()
             self.rows[row.id] = replace(
                 row,
                 state=State.CANCELED,
-                updated_at=self.now(),
+                updated_at=now,
                 last_error=reason if reason is not None else row.last_error,
             )
+            self._resolve([(row.id, "canceled")], now)
             self._ended_some()
             return True
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not ended; how many."""
+        key = parse_job_id(workflow_id)
+        with self._lock:
+            if reason is not None:
+                reason = "canceled: " + clean_reason(reason)
+            now = self.now()
+            live = [
+                r
+                for r in sorted(self.rows.values(), key=lambda r: r.id)
+                if r.workflow_id == key and r.state not in TERMINAL_STATES
+            ]
+            for row in live:
+                self.rows[row.id] = replace(
+                    row,
+                    state=State.CANCELED,
+                    updated_at=now,
+                    last_error=reason if reason is not None else row.last_error,
+                )
+            self._resolve([(r.id, "canceled") for r in live], now)
+            if live:
+                self._ended_some()
+            return len(live)
 
     def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
         """The latest available_at among rows keyed by ``schedule``."""

@@ -12,7 +12,7 @@ from brooq.surface.wire import Request, Response
 from brooq.vocabulary import InvalidInput, State
 
 HTML = "text/html; charset=utf-8"
-FILTER_FIELDS = ("topic", "state", "since", "until")
+FILTER_FIELDS = ("topic", "state", "since", "until", "workflow")
 _SAFE_PATH = re.compile(r"/ui(/[A-Za-z0-9/_-]*)?(\?[^\r\n]*)?")
 
 
@@ -35,6 +35,7 @@ def query_filter(
         until=one("until"),
         limit=int(limit) if limit else None,
         after=one("after"),
+        workflow=one("workflow"),
         states=states,
         default_limit=50,
         flag="",
@@ -50,7 +51,7 @@ def form_values(query: dict[str, list[str]]) -> dict[str, Any]:
     """What the filter form shows again: the topics picked, the other fields as typed."""
     return {
         "topics": [t for v in query.get("topic", []) for t in v.split(",") if t],
-        **{k: (query.get(k) or [""])[0] for k in ("state", "since", "until", "limit")},
+        **{k: (query.get(k) or [""])[0] for k in ("state", "since", "until", "workflow", "limit")},
     }
 
 

@@ -101,9 +101,12 @@ class Pages:
         )
 
     def job(self, request: Request, ports: DashboardPorts) -> Response:
-        """One job's whole row."""
+        """One job's whole row, and its parents and children with their states."""
         record = ports.inspection.job(request.params["job_id"])
-        return self.screen.render(request, "job.html", job=record, state=str(record.state))
+        family = ports.inspection.family(record.id)
+        return self.screen.render(
+            request, "job.html", job=record, state=str(record.state), family=family
+        )
 
 
 def _topics(ports: DashboardPorts) -> list[str]:
