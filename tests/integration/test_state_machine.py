@@ -5,10 +5,16 @@ batches), claim (several holders, with and without max_running limits),
 settle with every outcome and signal (done with hooks and chain, failed with
 backoff, dead, canceled, delayed, preserved, abandoned) including stale
 tickets, settle-and-claim, cancel, heartbeat, lease expiry, the reaper,
-retention and release. After every step the rows are read back (the fake's
+retention and release. Workflows too: jobs enqueued after random parents (live,
+ended, or missing) with either policy, small random graphs enqueued at once,
+workflows canceled; their edges are resolved by every write above, and the
+kills the machine models (a lease that expires, the reaper, a release) happen
+to parents as to any job. After every step the rows are read back (the fake's
 ``rows``; a ``SELECT`` through a separate autocommit connection for
 PostgreSQL) and checked against a model and against invariants 1–10 of
-docs/architecture.md ("Invariants and what enforces them").
+docs/architecture.md ("Invariants and what enforces them"), and the workflows'
+own: no child is claimed before all its parents ended; no child stays waiting
+once all its parents ended; every effect once.
 
 Time never passes by itself: delays and backoffs are hours long, and a
 lease expires or a job becomes available only through a rule (the fake's
@@ -49,6 +55,7 @@ from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
     CancelJob,
     Delay,
+    Handle,
     Job,
     JobNotFound,
     JobRecord,
@@ -56,7 +63,9 @@ from brooq.vocabulary import (
     LeaseLost,
     PreserveAttempt,
     State,
+    Workflow,
 )
+from tests.integration.workflow_model import Graph
 
 TOPICS = ("alpha", "beta")
 HOLDERS = ("h1", "h2", "h3")
@@ -79,6 +88,8 @@ ERRORS: dict[str, Callable[[], BaseException | None]] = {
     "abandon": lambda: LeaseLost(),
 }
 TERMINAL = {State.DONE, State.DEAD, State.CANCELED}
+NEVER = "01900000-0000-7000-8000-00000000dead"
+"""A parent that never existed."""
 
 json_leaf = (
     st.none()
@@ -126,6 +137,9 @@ class FakeSide:
     def rows(self) -> dict[str, JobRecord]:
         return dict(self.store.rows)
 
+    def edges(self) -> dict[str, dict[str, str | None]]:
+        return {child: dict(parents) for child, parents in self.store.edges.items()}
+
     def effects(self) -> list[str]:
         return [str(e.params[0]) for e in self.store.executed]
 
@@ -162,13 +176,13 @@ class PgSide:
     def __init__(self, store: PostgresStore, pg: psycopg.Connection[Any]) -> None:
         self.store, self.pg = store, pg
         self._ready: dict[str, bool] = {}
-        pg.execute("TRUNCATE job, effect")
+        pg.execute("TRUNCATE job, job_edge, effect")
 
     def rows(self) -> dict[str, JobRecord]:
         cur = self.pg.execute(
             "SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, "
             "locked_until, idempotency_key, last_error, created_at, updated_at, expirations, "
-            "available_at <= now(), expiry_streak FROM job"
+            "available_at <= now(), expiry_streak, parents_left, workflow_id::text FROM job"
         )
         out = {}
         self._ready.clear()
@@ -189,9 +203,19 @@ class PgSide:
                 r[12],
                 expirations=r[13],
                 expiry_streak=r[15],
+                parents_left=r[16],
+                workflow_id=r[17],
             )
             out[rec.id] = rec
             self._ready[rec.id] = bool(r[14])
+        return out
+
+    def edges(self) -> dict[str, dict[str, str | None]]:
+        out: dict[str, dict[str, str | None]] = {}
+        for parent, child, end in self.pg.execute(
+            "SELECT parent_id::text, child_id::text, parent_state FROM job_edge"
+        ):
+            out.setdefault(child, {})[parent] = end
         return out
 
     def effects(self) -> list[str]:
@@ -257,6 +281,13 @@ class M:
     aged: int | None = None
     frozen: tuple[Any, ...] | None = None
     """(state, attempts, last_error, updated_at) when it became terminal."""
+    policy: str | None = None
+    """if_parent_fails of a job with parents."""
+    left: int = 0
+    """Parents left (open edges)."""
+    workflow: str | None = None
+    delayed: bool = False
+    """Enqueued with an available_at in the future."""
 
     @property
     def ready(self) -> bool:
@@ -269,6 +300,8 @@ class Model:
     deleted: set[str] = field(default_factory=set)
     effects: list[str] = field(default_factory=list)
     clock: itertools.count[int] = field(default_factory=itertools.count)
+    graph: Graph = field(default_factory=Graph)
+    workflows: list[str] = field(default_factory=list)
 
     def by_key(self, topic: str, key: str | None) -> M | None:
         if key is None:
@@ -344,6 +377,12 @@ class StoreMachine(RuleBasedStateMachine):
 
     def _take(self, m: M, got: Claimed, holder: str) -> None:
         assert m.state in (State.PENDING, State.FAILED), "claimed a row that was not ready"
+        early = [
+            p
+            for p in self.model.graph.edges.get(m.id, {})
+            if p in self.model.jobs and self.model.jobs[p].state not in TERMINAL
+        ]
+        assert not early, f"child {m.id} claimed before its parents {early} ended"
         m.state, m.holder, m.expired = State.PROCESSING, holder, False
         m.attempts += 1
         assert got.ticket.attempt == m.attempts and got.ticket.holder == holder  # invariant 6
@@ -364,6 +403,43 @@ class StoreMachine(RuleBasedStateMachine):
             m.attempts = max(m.attempts - 1, m.expirations)
         if m.state is State.FAILED:
             m.order = None  # backoff of an hour or more: not ready
+        return m
+
+    def _end(self, ended: list[M], now: int | None = None) -> None:
+        """One write ended ``ended``: their children's edges resolve with it."""
+        done = [(m.id, m.state) for m in ended if m.state in TERMINAL]
+        self.model.graph.end(self.model.jobs, done, self._now() if now is None else now)
+
+    def _parent_end(self, parent: str) -> str | None:
+        """What an enqueue's edge records of ``parent`` (None: it has not ended)."""
+        m = self.model.jobs.get(parent)
+        if m is None:
+            return "missing"
+        return str(m.state) if m.state in TERMINAL else None
+
+    def _add_child(
+        self, job_id: str, job: Job, parents: list[str], now: int, workflow: str | None = None
+    ) -> M:
+        """A job with parents, as the model expects it written."""
+        edges, state, why = self.model.graph.plan(parents, job.if_parent_fails, self._parent_end)
+        m = M(
+            job_id,
+            job.topic,
+            job.payload,
+            job.idempotency_key,
+            job.priority,
+            created=now,
+            order=None if job.available_at or state is not State.PENDING else now,
+            state=state,
+            last_error=why,
+            policy=job.if_parent_fails if parents else None,
+            left=sum(e is None for e in edges.values()),
+            workflow=workflow,
+            delayed=job.available_at is not None,
+        )
+        self.model.jobs[job_id] = m
+        if parents:
+            self.model.graph.add(job_id, edges)
         return m
 
     # rules: producers
@@ -413,6 +489,94 @@ class StoreMachine(RuleBasedStateMachine):
                 order=None if job.available_at else now,
             )
 
+    # rules: workflows
+
+    def _parent_pool(self) -> list[str]:
+        """Parents to pick from: every job the model knows, a deleted one, one never seen."""
+        return [*self.model.jobs, *sorted(self.model.deleted)[:1], NEVER]
+
+    @rule(
+        children=st.lists(
+            st.tuples(
+                st.sampled_from(TOPICS),
+                st.sampled_from(KEYS),
+                st.sampled_from(("cancel", "run")),
+                st.lists(st.integers(0, 10**6), min_size=1, max_size=3),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=2,
+        )
+    )
+    def enqueue_children(
+        self, children: list[tuple[str, str | None, str, list[int], bool]]
+    ) -> None:
+        """Jobs after random parents (live, ended, gone or never seen), either policy."""
+        now = self._now()
+        pool, future = self._parent_pool(), self.side.future()
+        jobs = [
+            Job(
+                topic,
+                {"child": n},
+                idempotency_key=key,
+                after=[pool[i % len(pool)] for i in picks],
+                if_parent_fails=policy,  # type: ignore[arg-type]
+                available_at=future if delayed else None,
+            )
+            for n, (topic, key, policy, picks, delayed) in enumerate(children)
+        ]
+        results = self.store.enqueue_many(jobs)
+        for job, result in zip(jobs, results, strict=True):
+            existing = self.model.by_key(job.topic, job.idempotency_key)
+            if existing is not None:
+                assert result == (existing.id, False) and result.state is existing.state
+                continue
+            m = self._add_child(result.id, job, list(job.after_ids), now)
+            assert result.created and result.state is m.state, f"{result} vs {m.state}"
+
+    @rule(
+        shape=st.lists(
+            st.tuples(
+                st.sampled_from(TOPICS),
+                st.sampled_from(("cancel", "run")),
+                st.lists(st.integers(0, 10**6), max_size=2),
+                st.integers(0, 10**6) | st.none(),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    def enqueue_workflow(self, shape: list[tuple[str, str, list[int], int | None]]) -> None:
+        """A small random graph: each job after earlier ones of it, maybe one outside."""
+        now = self._now()
+        wf = Workflow()
+        handles: list[Handle] = []
+        pool = self._parent_pool()
+        for topic, policy, picks, outside in shape:
+            inner = [handles[i % len(handles)] for i in picks] if handles else []
+            out = [pool[outside % len(pool)]] if outside is not None else []
+            job = Job(topic, {"wf": len(handles)}, if_parent_fails=policy)  # type: ignore[arg-type]
+            handles.append(wf.add(job, after=[*inner, *out]))
+        results = self.store.enqueue_workflow(wf)
+        self.model.workflows.append(wf.id)
+        for node in wf.nodes():  # parents first, as the store plans them
+            self._add_child(node.id, node.job, list(node.parents), now, wf.id)
+        assert [(r.id, r.state) for r in results] == [
+            (h.id, self.model.jobs[h.id].state) for h in handles
+        ]
+
+    @rule(i=st.integers(0, 10**6), reason=st.sampled_from((None, "stop")))
+    @precondition(lambda self: self.model.workflows)
+    def cancel_workflow(self, i: int, reason: str | None) -> None:
+        wf = self.model.workflows[i % len(self.model.workflows)]
+        live = [m for m in self.model.jobs.values() if m.workflow == wf and m.state not in TERMINAL]
+        assert self.store.cancel_workflow(wf, reason) == len(live)
+        for m in live:
+            m.state = State.CANCELED
+            if reason is not None:
+                m.last_error = f"canceled: {reason}"
+        self._end(live)
+
     # rules: workers
 
     @rule(holder=st.sampled_from(HOLDERS), topics=st.sampled_from((TOPICS, TOPICS[:1], TOPICS[1:])))
@@ -443,7 +607,8 @@ class StoreMachine(RuleBasedStateMachine):
         expected = self.model.holds(ticket) is not None and outcome.kind is not SettleKind.ABANDON
         written = self.store.settle(ticket, outcome)
         assert written == expected, f"settle {outcome.label} with {ticket}: {written}"
-        self._settled(ticket, outcome)
+        m = self._settled(ticket, outcome)
+        self._end([m] if m else [])
 
     @rule(
         i=st.integers(0, 10**6),
@@ -473,7 +638,9 @@ class StoreMachine(RuleBasedStateMachine):
         assert written == held and not (held and hook and fail)
         if not written:
             return
-        self._settled(ticket, DONE)
+        settled = self._settled(ticket, DONE)
+        assert settled is not None
+        self._end([settled], now)  # the same transaction, the same now() as its chained jobs
         if hook:
             self.model.effects.append(ticket.job_id)
         created = set(self.side.rows()) - before
@@ -511,8 +678,8 @@ class StoreMachine(RuleBasedStateMachine):
             if self.model.holds(t) is not None and o.kind is not SettleKind.ABANDON
         }
         assert self.store.settle_many(settles) == expected
-        for ticket, outcome in settles:
-            self._settled(ticket, outcome)
+        ended = [m for t, o in settles if (m := self._settled(t, o)) is not None]
+        self._end(ended)  # one statement: one resolution for the whole batch
 
     @rule(data=st.data())
     @precondition(lambda self: self.tickets)
@@ -550,6 +717,7 @@ class StoreMachine(RuleBasedStateMachine):
             m.state = State.CANCELED
             if reason is not None:
                 m.last_error = f"canceled: {reason}"
+            self._end([m])
 
     @rule()
     def get_unknown(self) -> None:
@@ -608,6 +776,7 @@ class StoreMachine(RuleBasedStateMachine):
                 )
             else:
                 m.holder = None
+        self._end(dead, now)
 
     @rule(i=st.integers(0, 10**6))
     @precondition(
@@ -622,8 +791,14 @@ class StoreMachine(RuleBasedStateMachine):
 
     @rule(batch=st.integers(1, 3), service=st.booleans())
     def retention(self, batch: int, service: bool) -> None:
+        graph = self.model.graph
         aged = sorted(
-            (m for m in self.model.jobs.values() if m.aged is not None), key=lambda m: m.aged or 0
+            (
+                m
+                for m in self.model.jobs.values()
+                if m.aged is not None and not graph.waited_for(self.model.jobs, m.id)
+            ),
+            key=lambda m: m.aged or 0,
         )
         if service:
             counts = Retention(self.store, TTL, batch, Every(timedelta(hours=1))).run_once()
@@ -635,6 +810,7 @@ class StoreMachine(RuleBasedStateMachine):
         for m in gone:
             del self.model.jobs[m.id]
             self.model.deleted.add(m.id)
+            graph.forget(m.id)
 
     # invariants, after every step
 
@@ -669,9 +845,23 @@ class StoreMachine(RuleBasedStateMachine):
                 keys[(row.topic, row.idempotency_key)] += 1
             assert row.idempotency_key != "", "an empty key must be stored as NULL"
         assert all(n == 1 for n in keys.values()), "one row per (topic, key) (invariant 8)"
+        self._workflows_hold(rows)
         assert sorted(self.side.effects()) == sorted(self.model.effects), (
             "settle-transaction effects: exactly one per hooked done"
         )
+
+    def _workflows_hold(self, rows: dict[str, JobRecord]) -> None:
+        """The edges are the model's; no child waits once its parents ended, none early."""
+        graph = self.model.graph
+        assert self.side.edges() == graph.edges, "job_edge differs from the model"
+        for job_id, row in rows.items():
+            m = self.model.jobs[job_id]
+            assert (row.parents_left, row.workflow_id) == (m.left, m.workflow), job_id
+            if row.state is State.WAITING:
+                open_ = graph.open_parents(job_id)
+                assert open_ and len(open_) == row.parents_left, f"{job_id} waits for nothing"
+                ended = [p for p in open_ if p not in rows or rows[p].state in TERMINAL]
+                assert not ended, f"{job_id} still waits though {ended} ended"
 
     @invariant()
     def no_process_thread_or_connection_started(self) -> None:

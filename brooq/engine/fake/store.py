@@ -158,9 +158,9 @@ class InMemoryStore(FakeUpkeep):
             row = self._held(ticket)
             if row is None or outcome.kind is SettleKind.ABANDON:
                 return False
+            now = self.now()  # the transaction's now(): its chained jobs come after it
             if outcome.kind is SettleKind.DONE:
                 self._run_hooks(chain, hooks)
-            now = self.now()
             self.rows[row.id] = self._settled(row, outcome, now)
             if outcome.state in TERMINAL_STATES:
                 self._resolve([(row.id, str(outcome.state))], now)
