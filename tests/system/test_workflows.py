@@ -87,13 +87,11 @@ def test_a_graph_runs_in_order_across_two_supervisors_one_killed(
     other = supervise(*ARGS, app=APP, env=ENV, name="other")
 
     # The slow workflow, canceled while its root runs: nothing after it ever starts.
-    seen = lambda job_id: (
-        pg.execute(  # noqa: E731
-            "SELECT count(*) FROM wf_seen WHERE job_id = %s", (job_id,)
-        ).fetchone()
-        == (1,)
-    )
-    wait_until(lambda: seen(root.id), 30, "the slow root to start")
+    def started_once(job_id: str) -> bool:
+        found = pg.execute("SELECT count(*) FROM wf_seen WHERE job_id = %s", (job_id,))
+        return found.fetchone() == (1,)
+
+    wait_until(lambda: started_once(root.id), 30, "the slow root to start")
     done = run_cli(dsn, tmp_path, "jobs", "cancel", "--workflow", slow.id, "--reason", "stop")
     assert done.returncode == 0 and done.stdout.strip() == "canceled 11 jobs", done
     assert states_of(pg, slow.id) == {"canceled": 11}
