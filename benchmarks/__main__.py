@@ -32,6 +32,7 @@ from benchmarks import (
     retention,
     runs,
     targets,
+    workflows,
 )
 from benchmarks.harness import (
     FULL,
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
     "results": results_cost.run_round,
+    "workflows": workflows.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -79,7 +81,10 @@ NAMES = [
     "claim_cost",
     "retention",
     "results",
+    "workflows",
 ]
+OFF_IN_QUICK = {"workflows"}
+"""Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
 
 
 def group_order(ctx: Context) -> list[str]:
@@ -101,6 +106,7 @@ def group_order(ctx: Context) -> list[str]:
         claim_cost.GROUP,
         retention.GROUP,
         results_cost.GROUP,
+        workflows.GROUP,
     ]
 
 
@@ -162,6 +168,13 @@ def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
             f"stored results: drain returning a 100-byte dict / returning None (N={top})",
             f"results.dict.N{top}",
             f"results.none.N{top}",
+        )
+    )
+    out.append(
+        Ratio(
+            f"workflows: two-job chains / plain jobs, jobs/s (N={top})",
+            f"workflows.chains.N{top}",
+            f"workflows.plain.N{top}",
         )
     )
     out += [
@@ -279,7 +292,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(
             f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(NAMES)}"
         )
-    args.selected = selected or set(NAMES)
+    args.selected = selected or set(NAMES) - (OFF_IN_QUICK if args.quick else set())
     args.peer_names = [x.strip() for x in args.peers.split(",") if x.strip()]
     unknown_peers = set(args.peer_names) - set(peers.PEERS)
     if unknown_peers:
