@@ -550,3 +550,54 @@ WHERE to_regclass(t) IS NOT NULL
            AND has_table_privilege(to_regclass(t), 'INSERT')
            AND has_table_privilege(to_regclass(t), 'UPDATE')
            AND has_table_privilege(to_regclass(t), 'DELETE'))
+
+-- fragment: job_partitions
+-- job's partitions and their ranges of ids: lo NULL is from the start (MINVALUE); the
+-- default partition (is_default) has neither bound.
+SELECT c.oid, c.oid::regclass::text AS name,
+       substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([0-9a-f-]+)''\)')::uuid AS lo,
+       substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([0-9a-f-]+)''\)')::uuid AS hi,
+       pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT' AS is_default
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'job'::regclass
+
+-- name: add_partitions
+-- Partitions ahead, up to now + `ahead`, in steps of `step` (see 0009.job-partitions.sql):
+-- the names created; none when another host is at it.
+SELECT brooq_job_create_partitions(%(step)s, now() + %(ahead)s, %(most)s)
+
+-- name: partitions_past_ttl
+-- Partitions whose whole range ended more than the TTL ago and that hold no live row and
+-- no row settled within the TTL, oldest first: what retention may drop. Each look is one
+-- index probe of the partition (pruned by its id range); brooq_job_drop_partition looks
+-- again under its lock.
+WITH part AS ({{job_partitions}})
+SELECT part.name FROM part
+WHERE part.hi <= brooq_job_bound(now() - %(ttl)s)
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state IN ('pending', 'failed'))
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state = 'processing')
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state IN ('done', 'dead', 'canceled')
+                    AND job.updated_at >= now() - %(ttl)s)
+ORDER BY part.hi
+LIMIT %(most)s
+
+-- name: drop_partition
+-- One partition and its rows' keys, if it may go (see 0009.job-partitions.sql): the rows it
+-- held (an estimate), or NULL when it stays.
+SELECT brooq_job_drop_partition(%(name)s::regclass, %(ttl)s)
+
+-- name: partitions
+-- Every partition of job: its range as times, its rows (the statistics' count, an
+-- estimate) and its size on disk. Oldest range first, the default partition last.
+WITH part AS ({{job_partitions}})
+SELECT part.name, brooq_job_time(part.lo) AS starts, brooq_job_time(part.hi) AS ends,
+       part.is_default, COALESCE(s.n_live_tup, 0) AS rows,
+       pg_total_relation_size(part.oid) AS bytes
+FROM part LEFT JOIN pg_stat_user_tables s ON s.relid = part.oid
+ORDER BY part.is_default, part.lo NULLS FIRST

@@ -14,7 +14,14 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
-from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
+from brooq.engine.store import (
+    Claimed,
+    DroppedPartition,
+    Requeued,
+    SettleHookFailed,
+    Ticket,
+    TopicCount,
+)
 from brooq.postgres.connect import Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
 from brooq.postgres.rows import (
@@ -268,6 +275,28 @@ class PostgresStore:
             rows = conn.execute(sql("delete_terminal"), {"ttl": ttl, "batch": batch}).fetchall()
         return topic_counts(r[0] for r in rows)
 
+    def add_partitions(self, step: timedelta, ahead: timedelta, most: int) -> list[str]:
+        """Create partitions up to now + ``ahead`` (brooq_job_create_partitions); their names."""
+        params = {"step": step, "ahead": ahead, "most": most}
+        with self.connector.connection() as conn:
+            rows = _unless_locked(conn, sql("add_partitions"), params)
+        return [str(r[0]) for r in rows or []]
+
+    def drop_partitions(self, ttl: timedelta, most: int) -> list[DroppedPartition]:
+        """Drop the partitions retention may take, each in its own transaction."""
+        if ttl <= timedelta(0):
+            raise ValueError("retention TTL must be positive; 0 disables retention")
+        with self.connector.connection() as conn:
+            params: dict[str, Any] = {"ttl": ttl, "most": most}
+            names = [str(r[0]) for r in conn.execute(sql("partitions_past_ttl"), params)]
+        dropped = []
+        for name in names:
+            with self.connector.connection() as conn:
+                rows = _unless_locked(conn, sql("drop_partition"), {"name": name, "ttl": ttl})
+            if rows and rows[0][0] is not None:
+                dropped.append(DroppedPartition(name, int(rows[0][0])))
+        return dropped
+
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
         key = self._key(job_id)
@@ -306,6 +335,19 @@ class PostgresStore:
     def close(self) -> None:
         """Close the connection the store opened itself."""
         self.connector.close()
+
+
+def _unless_locked(
+    conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]
+) -> list[Row] | None:
+    """The rows of a statement that waits for its locks at most a moment (lock_timeout);
+    None when a lock was busy: the statement did nothing, and the next tick tries again."""
+    nested = conn.info.transaction_status != TransactionStatus.IDLE
+    try:
+        with conn.transaction() if nested else contextlib.nullcontext():
+            return conn.execute(statement, params).fetchall()
+    except psycopg.errors.LockNotAvailable:
+        return None
 
 
 def is_database_source(
