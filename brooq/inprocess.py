@@ -4,7 +4,8 @@ The handler runs in the main thread (soft interrupts work). A keeper thread
 with its own connections keeps the lease and LISTENs for cancels, so a
 canceled job is interrupted as fast as under ``brooq supervise``; LISTEN
 wakes the idle slot. The slot also runs the reaper, retention and the
-partitions ahead, so a lone worker needs nothing else. For isolation per process, use ``brooq supervise``.
+partitions ahead, so a lone worker needs nothing else. For isolation per
+process, use ``brooq supervise``.
 """
 
 from __future__ import annotations

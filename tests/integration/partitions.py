@@ -9,6 +9,7 @@ partitions over the past days, as the owner of the table may.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -75,7 +76,7 @@ def insert_rows(
     states: list[str],
     *,
     topic: str = "work",
-    keys: list[str | None] | None = None,
+    keys: Sequence[str | None] | None = None,
     settled: datetime | None = None,
 ) -> list[str]:
     """Rows made at ``at`` (their ids say so) in ``states``, settled at ``settled`` (default
