@@ -118,17 +118,19 @@ WHERE held.topic = wanted.topic AND held.idempotency_key = wanted.idempotency_ke
 
 -- name: claim_topic
 -- Up to `limit` ready jobs of one topic: one scan of job_claim_idx in each partition,
--- merged in claim order. The rows are joined back by id (not `id = ANY(…)`), so each
--- row's update reads the one partition that holds it.
+-- merged in claim order. The rows are joined back by id (not `id = ANY(…)`, which no
+-- partition bound can prune), so each row's update reads the one partition that holds it;
+-- unnest() keeps the planner's guess at a few rows, so even a generic plan (a LIMIT it
+-- cannot see) joins by the primary key.
 UPDATE job
 SET {{claim_set}}
-FROM (
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE {{ready}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
-) AS picked (job_id)
+)) AS picked (job_id)
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
@@ -138,7 +140,7 @@ RETURNING {{claimed_columns}}
 -- by a head but not chosen are unlocked when the statement ends.
 UPDATE job
 SET {{claim_set}}
-FROM (
+FROM unnest(ARRAY(
     SELECT head.id
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
@@ -150,7 +152,7 @@ FROM (
     ) AS head
     ORDER BY head.priority DESC, head.available_at, head.id
     LIMIT %(limit)s
-) AS picked (job_id)
+)) AS picked (job_id)
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
@@ -165,7 +167,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s,
 -- claim_topic, at most as many as the topic's max_running leaves room for.
 UPDATE job
 SET {{claim_set}}
-FROM (
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE {{ready}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
@@ -173,7 +175,7 @@ FROM (
         SELECT count(*) FROM job AS running
         WHERE running.state = 'processing' AND running.topic = %(topic)s)))
     FOR NO KEY UPDATE SKIP LOCKED
-) AS picked (job_id)
+)) AS picked (job_id)
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
@@ -254,13 +256,13 @@ SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_exp
     locked_by = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
                      THEN locked_by END,
     locked_until = NULL, available_at = now(), updated_at = now()
-FROM (
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE state = 'processing' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR NO KEY UPDATE SKIP LOCKED
-) AS picked (job_id)
+)) AS picked (job_id)
 WHERE job.id = picked.job_id AND state = 'processing' AND locked_until < now()
 RETURNING topic, state
 
@@ -314,9 +316,11 @@ FROM job
 WHERE id = %(id)s
 
 -- name: last_scheduled_run
--- When the latest run of a periodic schedule was enqueued (its available_at).
-SELECT max(available_at) FROM job
-WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+-- When the latest run of a periodic schedule was enqueued (its available_at): the schedule's
+-- runs are the jobs whose keys start with its prefix (job_key's index, by topic).
+SELECT max(job.available_at)
+FROM job_key AS held JOIN job ON job.id = held.job_id
+WHERE held.topic = %(topic)s AND held.idempotency_key LIKE %(key_prefix)s
 
 -- name: listen_jobs
 LISTEN brooq_job
