@@ -281,13 +281,14 @@ keys_gone AS (
 -- and their keys. (Whole partitions go with brooq_job_drop_partition.)
 WITH gone AS (
     DELETE FROM job
-    WHERE id IN (
+    USING unnest(ARRAY(
         SELECT id FROM job
         WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
         ORDER BY updated_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
-    )
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id
     RETURNING id, topic, idempotency_key
 ), {{keys_gone}}
 SELECT topic FROM gone
@@ -319,8 +320,11 @@ WHERE id = %(id)s
 -- When the latest run of a periodic schedule was enqueued (its available_at): the schedule's
 -- runs are the jobs whose keys start with its prefix (job_key's index, by topic).
 SELECT max(job.available_at)
-FROM job_key AS held JOIN job ON job.id = held.job_id
-WHERE held.topic = %(topic)s AND held.idempotency_key LIKE %(key_prefix)s
+FROM unnest(ARRAY(
+    SELECT job_id FROM job_key
+    WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+)) AS run (job_id)
+JOIN job ON job.id = run.job_id
 
 -- name: listen_jobs
 LISTEN brooq_job
@@ -449,13 +453,14 @@ SELECT count(*) AS canceled FROM canceled
 -- their keys.
 WITH gone AS (
     DELETE FROM job
-    WHERE id IN (
+    USING unnest(ARRAY(
         SELECT id FROM job
         WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled')
         ORDER BY updated_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
-    ) AND state IN ('done', 'dead', 'canceled')
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id AND state IN ('done', 'dead', 'canceled')
     RETURNING id, topic, idempotency_key
 ), {{keys_gone}}
 SELECT count(*) FROM gone
@@ -548,7 +553,7 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- name: tables_without_dml
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
-SELECT t FROM unnest(ARRAY['job', 'brooq_supervisor']) AS t
+SELECT t FROM unnest(ARRAY['job', 'job_key', 'brooq_supervisor']) AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')

@@ -39,12 +39,11 @@ class Layout:
         """Each partition's index → the index of job it is a partition of."""
 
     def full_scans(self, plan: dict[str, Any]) -> list[dict[str, Any]]:
-        """Seq or bitmap scans of partitions that hold rows."""
+        """Seq scans of partitions that hold rows."""
         return [
             n
             for n, _ in nodes(plan)
-            if n["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
-            and n.get("Relation Name") in self.filled
+            if n["Node Type"] == "Seq Scan" and n.get("Relation Name") in self.filled
         ]
 
     def unbounded_sorts(self, plan: dict[str, Any]) -> list[dict[str, Any]]:
@@ -69,7 +68,9 @@ class Layout:
     def relations(self, plan: dict[str, Any]) -> set[str]:
         """The partitions of job the plan reads."""
         return {
-            n["Relation Name"] for n, _ in nodes(plan) if n.get("Relation Name") in self.partitions
+            n["Relation Name"]
+            for n, _ in nodes(plan)
+            if n.get("Relation Name") in self.partitions - {"job"}
         }
 
 

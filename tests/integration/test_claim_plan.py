@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from brooq.postgres.sql import sql
-from tests.integration.plans import Layout, explain
+from tests.integration.plans import Layout, explain, nodes
 
 ROWS = 100_000
 TOPICS = ["email.send", "report.daily", "image.resize"]
@@ -37,6 +37,7 @@ def _check_plan(conn: psycopg.Connection[Any], plan: dict[str, Any]) -> None:
     layout = Layout(conn)
     assert layout.index_scans(plan, "job_claim_idx"), "the claim does not scan job_claim_idx"
     assert not layout.full_scans(plan), f"full scan of a partition: {layout.full_scans(plan)}"
+    assert not [n for n, _ in nodes(plan) if n["Node Type"] == "Bitmap Heap Scan"], "unordered"
     # A Sort may only order per-topic heads, each already cut by a Limit.
     assert not layout.unbounded_sorts(plan), "a Sort over the job table"
 
