@@ -93,7 +93,9 @@ def test_upgrade_in_place_and_back_with_a_million_rows(empty_dsn: str) -> None:
             ).fetchone()
             == keyed
         )
-        where = dict(pg.execute("SELECT tableoid::regclass::text, count(*) FROM job GROUP BY 1"))
+        where: dict[str, int] = dict(
+            pg.execute("SELECT tableoid::regclass::text, count(*) FROM job GROUP BY 1")
+        )
         assert where == {"job_initial": ROWS, "job_default": 1}
         assert pg.execute("SELECT relkind FROM pg_class WHERE relname = 'job'").fetchone() == ("p",)
 
