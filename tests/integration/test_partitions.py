@@ -242,3 +242,29 @@ def test_duplicates_raced_against_the_drop_of_their_partition(
     held = keys(pg)
     rows = dict(pg.execute("SELECT idempotency_key, id::text FROM job").fetchall())
     assert {k: held[("work", k)] for k in new} == {k: rows[k] for k in new} == new
+
+
+def test_views_read_across_partitions(pg: psycopg.Connection[Any], dsn: str) -> None:
+    from brooq.engine.filters import JobFilter
+    from brooq.postgres.inspection import PostgresInspection
+
+    days = past_layout(pg, 10)
+    now = datetime.now(UTC)
+    spread = [
+        *insert_rows(pg, now - 8 * DAY, ["done"]),
+        *insert_rows(pg, now - 2 * DAY, ["dead"]),
+        *insert_rows(pg, now, ["pending"]),
+        *insert_rows(pg, now + 30 * DAY, ["pending"]),  # beyond every range: the default
+    ]
+    assert len({partition_of(pg, j) for j in spread}) == 4
+    assert partition_of(pg, spread[-1]) == "job_default" and partition_of(pg, spread[0]) in days
+    inspection = PostgresInspection(dsn)
+    try:
+        depth = {(r.state, r.jobs) for r in inspection.depth()}
+        assert depth == {("done", 1), ("dead", 1), ("pending", 2)}
+        page = inspection.list_jobs(JobFilter())
+        assert {r.id for r in page.rows} == set(spread)
+        assert inspection.count_jobs(JobFilter()) == 4
+        assert all(inspection.job(j).id == j for j in spread)
+    finally:
+        inspection.close()
