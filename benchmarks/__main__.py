@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import claim_cost, drain, enqueue, latency, peers, retention
+from benchmarks import claim_cost, drain, enqueue, latency, partitions, peers, retention
 from benchmarks.harness import (
     FULL,
     QUICK,
@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "latency": latency.run_round,
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
+    "partitions": partitions.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -57,7 +58,10 @@ NAMES = [
     "latency",
     "claim_cost",
     "retention",
+    "partitions",
 ]
+OFF_IN_QUICK = {"partitions"}
+"""Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
 GROUP_ORDER = [
     enqueue.GROUP_SINGLE,
     enqueue.GROUP_BULK,
@@ -68,6 +72,7 @@ GROUP_ORDER = [
     latency.GROUP,
     claim_cost.GROUP,
     retention.GROUP,
+    partitions.GROUP,
     peers.GROUP,
 ]
 
@@ -176,7 +181,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(
             f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(NAMES)}"
         )
-    args.selected = selected or set(NAMES)
+    args.selected = selected or set(NAMES) - (OFF_IN_QUICK if args.quick else set())
     args.peer_names = [x.strip() for x in args.peers.split(",") if x.strip()]
     unknown_peers = set(args.peer_names) - set(peers.PEERS)
     if unknown_peers:
