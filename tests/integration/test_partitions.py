@@ -205,7 +205,23 @@ def test_duplicates_raced_against_the_drop_of_their_partition(
         finally:
             store.close()
 
+    twice: list[tuple[str, int]] = []
+
+    def observer() -> None:
+        """Any one snapshot that shows two jobs of a key: accepted twice while it existed."""
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                twice.extend(
+                    conn.execute(
+                        "SELECT idempotency_key, count(*) FROM job "
+                        "WHERE idempotency_key = ANY(%s) GROUP BY 1 HAVING count(*) > 1",
+                        (names,),
+                    ).fetchall()
+                )
+                time.sleep(0.002)
+
     threads = [threading.Thread(target=enqueuer, args=(n,)) for n in range(4)]
+    threads.append(threading.Thread(target=observer))
     for t in threads:
         t.start()
     try:
@@ -223,6 +239,7 @@ def test_duplicates_raced_against_the_drop_of_their_partition(
     assert [d.name for d in dropped] == [days[1]]
     assert days[1] not in partitions(pg)
 
+    assert not twice, f"two jobs held one key at once: {twice[:5]}"
     created = [(k, j) for k, j, c in answers if c]
     assert len({k for k, _ in created}) == len(created), "a key accepted twice"
     new = dict(created)
