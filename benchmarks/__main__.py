@@ -27,6 +27,7 @@ from benchmarks import (
     extras,
     idle,
     latency,
+    partitions,
     peers,
     results_cost,
     retention,
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
     "results": results_cost.run_round,
+    "partitions": partitions.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -79,7 +81,10 @@ NAMES = [
     "claim_cost",
     "retention",
     "results",
+    "partitions",
 ]
+OFF_IN_QUICK = {"partitions"}
+"""Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
 
 
 def group_order(ctx: Context) -> list[str]:
@@ -101,6 +106,7 @@ def group_order(ctx: Context) -> list[str]:
         claim_cost.GROUP,
         retention.GROUP,
         results_cost.GROUP,
+        partitions.GROUP,
     ]
 
 
@@ -279,7 +285,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(
             f"unknown benchmark(s): {', '.join(sorted(unknown))}; choose from {', '.join(NAMES)}"
         )
-    args.selected = selected or set(NAMES)
+    args.selected = selected or set(NAMES) - (OFF_IN_QUICK if args.quick else set())
     args.peer_names = [x.strip() for x in args.peers.split(",") if x.strip()]
     unknown_peers = set(args.peer_names) - set(peers.PEERS)
     if unknown_peers:

@@ -124,6 +124,22 @@ class MinuteCount:
     dead: int
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One partition of the job table: its range of creation times, its rows, its size."""
+
+    name: str
+    starts: datetime | None
+    """Where its range of ids starts, as a time (None: from the very first)."""
+    ends: datetime | None
+    """Where it ends (None for the default partition, which holds ids outside every range)."""
+    default: bool
+    rows: int
+    """The statistics' count of live rows: an estimate, never a scan."""
+    bytes: int
+    """Its size on disk, indexes included."""
+
+
 class Inspection(Protocol):
     """What operators read about the queue. Every call is one bounded query."""
 
@@ -170,6 +186,10 @@ class Inspection(Protocol):
 
     def throughput(self, since: timedelta) -> list[MinuteCount]:
         """Jobs done and dead per minute within ``since``, oldest minute first, gaps as 0."""
+        ...
+
+    def partitions(self) -> list[PartitionRow]:
+        """Every partition of the job table, oldest range first, the default one last."""
         ...
 
     def ping(self) -> None:

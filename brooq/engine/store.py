@@ -98,6 +98,14 @@ class Requeued:
         return sum(n for _, n in self.pending) + sum(n for _, n in self.dead)
 
 
+@dataclass(frozen=True, slots=True)
+class DroppedPartition:
+    """A partition retention dropped whole: its name and the rows it held (an estimate)."""
+
+    name: str
+    rows: int
+
+
 class Store(Protocol):
     """Persistence of jobs. Every write about an attempt is fenced by its Ticket."""
 
@@ -186,6 +194,19 @@ class Store(Protocol):
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
         """Delete at most ``batch`` terminal rows last updated more than ``ttl`` ago."""
+        ...
+
+    def add_partitions(self, step: timedelta, ahead: timedelta, most: int) -> list[str]:
+        """Create the partitions that cover up to now + ``ahead``, ``step`` long, at most
+        ``most``; their names. Nothing when another host is at it or a lock is busy (the
+        next call goes on)."""
+        ...
+
+    def drop_partitions(self, ttl: timedelta, most: int) -> list[DroppedPartition]:
+        """Drop at most ``most`` partitions whose range ended more than ``ttl`` ago and whose
+        rows are all terminal and settled more than ``ttl`` ago, each with its rows'
+        idempotency keys in one transaction. A partition holding a live row stays; a busy
+        lock leaves it for the next call."""
         ...
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:

@@ -92,7 +92,8 @@ class PostgresAdmin:
         require_state(where, PURGEABLE, "purge")
 
         def batch(conn: psycopg.Connection[Any], want: int) -> int:
-            return conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).rowcount
+            row = conn.execute(sql("purge_jobs"), {**where.params(), "batch": want}).fetchone()
+            return int(row[0]) if row else 0
 
         return self._batches(where.limit, batch)
 

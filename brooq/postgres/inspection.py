@@ -18,6 +18,7 @@ from brooq.engine.inspection import (
     JobPage,
     JobRow,
     MinuteCount,
+    PartitionRow,
     RunningJob,
     SkippedRow,
     SupervisorRow,
@@ -158,6 +159,21 @@ class PostgresInspection:
         """Jobs done and dead per minute within ``since``, oldest first."""
         with self._reading() as cur:
             return [MinuteCount(**r) for r in cur.execute(sql("throughput"), {"since": since})]
+
+    def partitions(self) -> list[PartitionRow]:
+        """Every partition of job, oldest range first, the default one last (catalog reads)."""
+        with self._reading() as cur:
+            return [
+                PartitionRow(
+                    name=r["name"],
+                    starts=r["starts"],
+                    ends=r["ends"],
+                    default=r["is_default"],
+                    rows=int(r["rows"]),
+                    bytes=int(r["bytes"]),
+                )
+                for r in cur.execute(sql("partitions"))
+            ]
 
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""

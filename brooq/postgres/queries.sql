@@ -46,56 +46,99 @@ WHERE state IN ('done', 'dead', 'canceled') LIMIT 1
 -- A CTE nobody selects from is not run: counting its rows forces the NOTIFY.
 WHERE (SELECT count(*) FROM notified) >= 0
 
+-- fragment: held_keys
+-- The rows of `wanted` (topic, idempotency_key) whose key a job holds: that job's id and
+-- state. A state NULL is a key whose job is gone without it (a row deleted by hand).
+SELECT held.job_id, false AS created, held.topic, held.idempotency_key, job.state
+FROM job_key AS held
+LEFT JOIN job ON job.id = held.job_id
+
 -- name: enqueue_one
--- One job. ON CONFLICT makes (topic, idempotency_key) idempotent; the caller
--- looks the existing row up when nothing comes back.
-WITH inserted AS (
+-- One job. Its key goes into job_key first (ON CONFLICT: a key is held once); the job is
+-- inserted only when it has no key or its key went in. A key held before this statement
+-- comes back with its job's id and state; one taken by a transaction that committed
+-- meanwhile comes back from nowhere here, and the caller asks again (existing_keys).
+WITH keyed AS (
+    INSERT INTO job_key (topic, idempotency_key, job_id)
+    SELECT %(topic)s::text, %(key)s::text, %(id)s::uuid WHERE %(key)s::text IS NOT NULL
+    ON CONFLICT (topic, idempotency_key) DO NOTHING
+    RETURNING job_id
+), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
-    VALUES (%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s, COALESCE(%(available_at)s, now()),
-            %(priority)s)
-    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    SELECT %(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
+           COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint
+    WHERE %(key)s::text IS NULL OR EXISTS (SELECT FROM keyed)
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
 )
-SELECT id FROM inserted
+SELECT id, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
+UNION ALL
+{{held_keys}}
+WHERE held.topic = %(topic)s::text AND held.idempotency_key = %(key)s::text
+  AND NOT EXISTS (SELECT FROM keyed)
 
 -- name: enqueue_many
--- Many jobs from one JSON array parameter: PostgreSQL parses it faster than
--- the client can adapt six parameter arrays.
-WITH inserted AS (
+-- Many jobs from one JSON array parameter (PostgreSQL parses it faster than the client
+-- can adapt six parameter arrays), keyed as enqueue_one keys one.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
+        AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint)
+), keyed AS (
+    INSERT INTO job_key (topic, idempotency_key, job_id)
+    SELECT topic, key, id FROM input WHERE key IS NOT NULL
+    ON CONFLICT (topic, idempotency_key) DO NOTHING
+    RETURNING job_id
+), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority
-    FROM jsonb_to_recordset(%(jobs)s::jsonb)
-         AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint)
-    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    FROM input
+    WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM inserted) t
     WHERE %(notify)s
 )
-SELECT id FROM inserted
+SELECT id, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
+UNION ALL
+{{held_keys}}
+JOIN (SELECT DISTINCT topic, key FROM input
+      WHERE key IS NOT NULL AND id NOT IN (SELECT job_id FROM keyed)) AS wanted
+  ON held.topic = wanted.topic AND held.idempotency_key = wanted.key
 
 -- name: existing_keys
--- The rows that already held the idempotency keys an enqueue did not insert.
-SELECT job.topic, job.idempotency_key, job.id, job.state
-FROM job
+-- The jobs holding idempotency keys an enqueue did not insert, read anew (a statement of
+-- its own sees the keys of transactions that committed after the enqueue's began).
+{{held_keys}}
 JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_key)
-  USING (topic, idempotency_key)
+  ON held.topic = wanted.topic AND held.idempotency_key = wanted.idempotency_key
+
+-- name: free_orphan_keys
+-- Keys whose job is gone without them (a row deleted by hand, not by brooq): the key is
+-- free again, as it would be had the row left through brooq.
+DELETE FROM job_key AS held
+USING unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_key)
+WHERE held.topic = wanted.topic AND held.idempotency_key = wanted.idempotency_key
+  AND NOT EXISTS (SELECT FROM job WHERE job.id = held.job_id)
 
 -- name: claim_topic
--- Up to `limit` ready jobs of one topic: one scan of job_claim_idx.
+-- Up to `limit` ready jobs of one topic: one scan of job_claim_idx in each partition,
+-- merged in claim order. The rows are joined back by id (not `id = ANY(…)`, which no
+-- partition bound can prune), so each row's update reads the one partition that holds it;
+-- unnest() keeps the planner's guess at a few rows, so even a generic plan (a LIMIT it
+-- cannot see) joins by the primary key.
 UPDATE job
 SET {{claim_set}}
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE {{ready}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
-))
+)) AS picked (job_id)
+WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
 -- name: claim_topics
@@ -104,7 +147,7 @@ RETURNING {{claimed_columns}}
 -- by a head but not chosen are unlocked when the statement ends.
 UPDATE job
 SET {{claim_set}}
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT head.id
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
@@ -116,7 +159,8 @@ WHERE id = ANY(ARRAY(
     ) AS head
     ORDER BY head.priority DESC, head.available_at, head.id
     LIMIT %(limit)s
-))
+)) AS picked (job_id)
+WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
 -- name: lock_topic
@@ -130,7 +174,7 @@ SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s,
 -- claim_topic, at most as many as the topic's max_running leaves room for.
 UPDATE job
 SET {{claim_set}}
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE {{ready}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
@@ -138,7 +182,8 @@ WHERE id = ANY(ARRAY(
         SELECT count(*) FROM job AS running
         WHERE running.state = 'processing' AND running.topic = %(topic)s)))
     FOR NO KEY UPDATE SKIP LOCKED
-))
+)) AS picked (job_id)
+WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
 -- name: settle
@@ -235,26 +280,42 @@ SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_exp
     locked_by = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
                      THEN locked_by END,
     locked_until = NULL, available_at = now(), updated_at = now()
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE state = 'processing' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR NO KEY UPDATE SKIP LOCKED
-)) AND state = 'processing' AND locked_until < now()
+)) AS picked (job_id)
+WHERE job.id = picked.job_id AND state = 'processing' AND locked_until < now()
 RETURNING topic, state
 
--- name: delete_terminal
--- Retention: one batch of terminal rows older than the TTL, oldest first.
-DELETE FROM job
-WHERE id IN (
-    SELECT id FROM job
-    WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
-    ORDER BY updated_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
+-- fragment: keys_gone
+-- The idempotency keys of the rows a `gone` CTE deleted leave with them (data-modifying
+-- CTEs always run, read or not): a key is held exactly as long as its row exists.
+keys_gone AS (
+    DELETE FROM job_key AS held
+    USING gone
+    WHERE held.topic = gone.topic AND held.idempotency_key = gone.idempotency_key
+      AND held.job_id = gone.id
 )
-RETURNING topic
+
+-- name: delete_terminal
+-- Retention, row by row: one batch of terminal rows older than the TTL, oldest first,
+-- and their keys. (Whole partitions go with brooq_job_drop_partition.)
+WITH gone AS (
+    DELETE FROM job
+    USING unnest(ARRAY(
+        SELECT id FROM job
+        WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id
+    RETURNING id, topic, idempotency_key
+), {{keys_gone}}
+SELECT topic FROM gone
 
 -- name: cancel
 -- Cancel a job that is not terminal yet; a running handler learns through
@@ -280,9 +341,14 @@ FROM job
 WHERE id = %(id)s
 
 -- name: last_scheduled_run
--- When the latest run of a periodic schedule was enqueued (its available_at).
-SELECT max(available_at) FROM job
-WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+-- When the latest run of a periodic schedule was enqueued (its available_at): the schedule's
+-- runs are the jobs whose keys start with its prefix (job_key's index, by topic).
+SELECT max(job.available_at)
+FROM unnest(ARRAY(
+    SELECT job_id FROM job_key
+    WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+)) AS run (job_id)
+JOIN job ON job.id = run.job_id
 
 -- name: listen_jobs
 LISTEN brooq_job
@@ -410,15 +476,21 @@ WITH picked AS (
 SELECT count(*) AS canceled FROM canceled
 
 -- name: purge_jobs
--- One batch of an operator's purge: terminal rows only, whatever the filter says.
-DELETE FROM job
-WHERE id IN (
-    SELECT id FROM job
-    WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled')
-    ORDER BY updated_at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-) AND state IN ('done', 'dead', 'canceled')
+-- One batch of an operator's purge: terminal rows only, whatever the filter says, and
+-- their keys.
+WITH gone AS (
+    DELETE FROM job
+    USING unnest(ARRAY(
+        SELECT id FROM job
+        WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled')
+        ORDER BY updated_at
+        LIMIT %(batch)s
+        FOR UPDATE SKIP LOCKED
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id AND state IN ('done', 'dead', 'canceled')
+    RETURNING id, topic, idempotency_key
+), {{keys_gone}}
+SELECT count(*) FROM gone
 
 -- name: throughput
 -- Jobs that reached done or dead per minute, over a window (zeros included).
@@ -476,7 +548,8 @@ SELECT current_setting('max_connections')::int AS max_connections,
 
 -- name: schema_facts
 -- What the migrations left in the catalog (brooq/postgres/schema.py names what each
--- migration leaves): brooq's relations next to job, job's columns, its storage options, and
+-- migration leaves): brooq's relations next to job, job's columns, its storage options (a
+-- partitioned table holds none: its partitions' are read), and
 -- whether brooq migrate's bookkeeping is readable. The catalog is readable by every role.
 WITH job AS (SELECT c.oid, c.relnamespace, c.reloptions FROM pg_class c
              WHERE c.oid = to_regclass('job'))
@@ -488,8 +561,10 @@ SELECT 'column:' || a.attname
 FROM pg_attribute a JOIN job ON a.attrelid = job.oid
 WHERE a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
-SELECT 'option:' || split_part(o, '=', 1)
-FROM job, unnest(job.reloptions) AS o
+SELECT DISTINCT 'option:' || split_part(o, '=', 1)
+FROM job, pg_class c, unnest(c.reloptions) AS o
+WHERE c.oid = job.oid
+   OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = job.oid)
 UNION ALL
 SELECT 'readable:_yoyo_migration'
 WHERE has_table_privilege(to_regclass('_yoyo_migration'), 'SELECT')
@@ -505,9 +580,60 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- name: tables_without_dml
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
-SELECT t FROM unnest(ARRAY['job', 'brooq_supervisor']) AS t
+SELECT t FROM unnest(ARRAY['job', 'job_key', 'brooq_supervisor']) AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')
            AND has_table_privilege(to_regclass(t), 'UPDATE')
            AND has_table_privilege(to_regclass(t), 'DELETE'))
+
+-- fragment: job_partitions
+-- job's partitions and their ranges of ids: lo NULL is from the start (MINVALUE); the
+-- default partition (is_default) has neither bound.
+SELECT c.oid, c.oid::regclass::text AS name,
+       substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([0-9a-f-]+)''\)')::uuid AS lo,
+       substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([0-9a-f-]+)''\)')::uuid AS hi,
+       pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT' AS is_default
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'job'::regclass
+
+-- name: add_partitions
+-- Partitions ahead, up to now + `ahead`, in steps of `step` (see 0009.job-partitions.sql):
+-- the names created; none when another host is at it.
+SELECT brooq_job_create_partitions(%(step)s, now() + %(ahead)s, %(most)s)
+
+-- name: partitions_past_ttl
+-- Partitions whose whole range ended more than the TTL ago and that hold no live row and
+-- no row settled within the TTL, oldest first: what retention may drop. Each look is one
+-- index probe of the partition (pruned by its id range); brooq_job_drop_partition looks
+-- again under its lock.
+WITH part AS ({{job_partitions}})
+SELECT part.name FROM part
+WHERE part.hi <= brooq_job_bound(now() - %(ttl)s)
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state IN ('pending', 'failed'))
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state = 'processing')
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state IN ('done', 'dead', 'canceled')
+                    AND job.updated_at >= now() - %(ttl)s)
+ORDER BY part.hi
+LIMIT %(most)s
+
+-- name: drop_partition
+-- One partition and its rows' keys, if it may go (see 0009.job-partitions.sql): the rows it
+-- held (an estimate), or NULL when it stays.
+SELECT brooq_job_drop_partition(%(name)s::regclass, %(ttl)s)
+
+-- name: partitions
+-- Every partition of job: its range as times, its rows (the statistics' count, an
+-- estimate) and its size on disk. Oldest range first, the default partition last.
+WITH part AS ({{job_partitions}})
+SELECT part.name, brooq_job_time(part.lo) AS starts, brooq_job_time(part.hi) AS ends,
+       part.is_default, COALESCE(s.n_live_tup, 0) AS rows,
+       pg_total_relation_size(part.oid) AS bytes
+FROM part LEFT JOIN pg_stat_user_tables s ON s.relid = part.oid
+ORDER BY part.is_default, part.lo NULLS FIRST

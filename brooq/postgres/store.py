@@ -3,53 +3,49 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal, TypeGuard
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.results import wait_for_result_async
-from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
+from brooq.engine.store import (
+    Claimed,
+    SettleHookFailed,
+    Ticket,
+)
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
 from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
 from brooq.postgres.rows import (
-    Row,
     claimed_rows,
     hidden,
-    like_prefix,
     outcomes_json,
     passwords_of,
     record,
     settle_params,
     ticket_arrays,
-    topic_counts,
 )
 from brooq.postgres.sql import sql
+from brooq.postgres.upkeep import PostgresUpkeep, retrying
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
     Job,
     JobNotFound,
     JobRecord,
-    Schedule,
     SettleHook,
     parse_job_id,
 )
 
 __all__ = ["PostgresStore", "is_database_source"]
 
-DEADLOCK_RETRIES = 5
 
-
-class PostgresStore:
+class PostgresStore(PostgresUpkeep):
     """The Store port over PostgreSQL. The only place brooq writes jobs with SQL.
 
     ``source`` is a DSN (one lazily opened connection), a psycopg_pool
@@ -250,59 +246,27 @@ class PostgresStore:
         outcomes = outcomes_json([(t, hidden(o, self._secrets)) for t, o in settles])
         if outcomes == "[]":
             return set()
-        rows = self._retrying(sql("settle_many"), {"outcomes": outcomes})
+        rows = retrying(self.connector, sql("settle_many"), {"outcomes": outcomes})
         return {str(r[0]) for r in rows}
-
-    def _retrying(self, statement: str, params: dict[str, Any]) -> list[Row]:
-        with self.connector.connection() as conn:
-            # Inside a transaction (through PgBouncer the connector opens one per operation
-            # for its SET LOCAL), each try is a savepoint, so a deadlock victim can retry.
-            nested = conn.info.transaction_status != TransactionStatus.IDLE
-            for attempt in range(DEADLOCK_RETRIES):
-                try:
-                    with conn.transaction() if nested else contextlib.nullcontext():
-                        return conn.execute(statement, params).fetchall()
-                except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                    if attempt == DEADLOCK_RETRIES - 1:
-                        raise
-                    time.sleep(0.001 * (attempt + 1))
-        return []
 
     def heartbeat(self, tickets: Sequence[Ticket], lease: timedelta) -> set[str]:
         """Extend every lease still held, in one statement; return the ids extended."""
         if not tickets:
             return set()
         params = {"lease": lease, **ticket_arrays(sorted(tickets))}
-        return {str(r[0]) for r in self._retrying(sql("heartbeat"), params)}
+        return {str(r[0]) for r in retrying(self.connector, sql("heartbeat"), params)}
 
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held jobs to ``pending`` and give back the attempt; ids released."""
         if not tickets:
             return set()
         params = ticket_arrays(sorted(tickets))
-        return {str(r[0]) for r in self._retrying(sql("release"), params)}
+        return {str(r[0]) for r in retrying(self.connector, sql("release"), params)}
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
         """Give back, uncharged, the rows ``holder`` holds that are not in ``known``."""
         params = {"holder": holder, "known": list(known)}
-        return {str(r[0]) for r in self._retrying(sql("release_unknown"), params)}
-
-    def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
-        """The reaper's one statement: at most ``batch`` expired leases, attempts untouched."""
-        params = {"max_expirations": max_expirations, "batch": batch}
-        rows = self._retrying(sql("requeue_expired"), params)
-        return Requeued(
-            topic_counts(t for t, s in rows if s == "pending"),
-            topic_counts(t for t, s in rows if s == "dead"),
-        )
-
-    def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
-        """Delete one batch of terminal rows older than ``ttl`` in its own transaction."""
-        if ttl <= timedelta(0):
-            raise ValueError("retention TTL must be positive; 0 disables retention")
-        with self.connector.connection() as conn, conn.transaction():
-            rows = conn.execute(sql("delete_terminal"), {"ttl": ttl, "batch": batch}).fetchall()
-        return topic_counts(r[0] for r in rows)
+        return {str(r[0]) for r in retrying(self.connector, sql("release_unknown"), params)}
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
@@ -324,13 +288,6 @@ class PostgresStore:
         if row is None:
             raise JobNotFound(f"no job with id {key}")
         return record(row)
-
-    def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
-        """When the latest run of ``schedule`` still in the table was due."""
-        params = {"topic": schedule.topic, "key_prefix": like_prefix(schedule.key_prefix)}
-        with self.connector.connection() as conn:
-            row = conn.execute(sql("last_scheduled_run"), params).fetchone()
-        return row[0] if row else None
 
     @staticmethod
     def _key(job_id: str) -> str:

@@ -88,6 +88,7 @@ def build_maintenance(
             settings.retention_ttl,
             settings.retention_batch,
             Every(settings.retention_period),
+            partition_interval=settings.partition_interval,
         ),
         PeriodicScheduler(list(schedules), store.enqueue_many, store.last_scheduled_run),
         metrics,

@@ -129,6 +129,9 @@ class FakeSide:
     def effects(self) -> list[str]:
         return [str(e.params[0]) for e in self.store.executed]
 
+    def keys(self) -> dict[tuple[str, str], str] | None:
+        return None  # the fake reads keys off its rows: no table of its own
+
     def hook(self, job_id: str, fail: bool) -> Callable[[Any], None]:
         def hook(conn: Any) -> None:
             conn.execute("INSERT INTO effect (job_id) VALUES (%s)", (job_id,))
@@ -162,7 +165,7 @@ class PgSide:
     def __init__(self, store: PostgresStore, pg: psycopg.Connection[Any]) -> None:
         self.store, self.pg = store, pg
         self._ready: dict[str, bool] = {}
-        pg.execute("TRUNCATE job, effect")
+        pg.execute("TRUNCATE job, job_key, effect")
 
     def rows(self) -> dict[str, JobRecord]:
         cur = self.pg.execute(
@@ -196,6 +199,10 @@ class PgSide:
 
     def effects(self) -> list[str]:
         return [str(r[0]) for r in self.pg.execute("SELECT job_id FROM effect")]
+
+    def keys(self) -> dict[tuple[str, str], str] | None:
+        rows = self.pg.execute("SELECT topic, idempotency_key, job_id FROM job_key")
+        return {(r[0], r[1]): str(r[2]) for r in rows}
 
     def hook(self, job_id: str, fail: bool) -> Callable[[Any], None]:
         def hook(conn: Any) -> None:
@@ -669,6 +676,13 @@ class StoreMachine(RuleBasedStateMachine):
                 keys[(row.topic, row.idempotency_key)] += 1
             assert row.idempotency_key != "", "an empty key must be stored as NULL"
         assert all(n == 1 for n in keys.values()), "one row per (topic, key) (invariant 8)"
+        held = self.side.keys()
+        if held is not None:  # job_key holds exactly the keys of the rows there are
+            assert held == {
+                (r.topic, r.idempotency_key): r.id
+                for r in rows.values()
+                if r.idempotency_key is not None
+            }, "job_key and the rows' keys differ"
         assert sorted(self.side.effects()) == sorted(self.model.effects), (
             "settle-transaction effects: exactly one per hooked done"
         )

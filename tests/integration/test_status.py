@@ -3,6 +3,7 @@ lease left, dead jobs of the last hour; as text, as JSON, and redrawn with ``--w
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -134,6 +135,7 @@ def test_status_json_is_one_object_with_every_section(
         "supervisors",
         "unserved_topics",
         "skipped_supervisors",
+        "partitions",
     }
     assert data["supervisors"] == [] and data["unserved_topics"] == ["email.send"]
     depth = {(r["topic"], r["state"]): r["jobs"] for r in data["depth"]}
@@ -255,3 +257,28 @@ def test_status_with_the_app_lists_its_schedules_and_next_runs(
     nightly = data["schedules"][1]
     assert nightly["next_run_local"].endswith(("+01:00", "+02:00"))
     assert nightly["next_run_local"][11:16] == "03:00"
+
+
+def test_status_shows_the_partitions_range_rows_and_size(
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    arrange(pg)
+    pg.execute("ANALYZE job")  # the rows column is the statistics' estimate
+    data = json.loads(run_status(monkeypatch, capsys, tmp_path, dsn, "--json"))
+    parts = data["partitions"]
+    assert parts[0]["name"] == "job_initial" and parts[0]["starts"] is None
+    assert parts[-1] == {**parts[-1], "name": "job_default", "default": True, "ends": None}
+    ranges = [p for p in parts if not p["default"]]
+    assert all(a["ends"] == b["starts"] for a, b in itertools.pairwise(ranges))
+    assert len(ranges) >= 4  # the first, and the days ahead the migration made
+    assert sum(p["rows"] for p in parts) == 8 and all(p["bytes"] > 0 for p in parts)
+    out = run_status(monkeypatch, capsys, tmp_path, dsn)
+    block = out[out.index("partitions:") :]
+    assert f"partitions: {len(parts)} (rows are estimates)" in block
+    first = next(line for line in block.splitlines() if "job_initial" in line)
+    assert "the first" in first and first.split()[-3] == "8"
+    assert "ids outside every range" in block
