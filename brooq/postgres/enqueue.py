@@ -40,6 +40,7 @@ class PreparedBatch:
             "key": job.idempotency_key,
             "available_at": job.available_at,
             "priority": job.priority,
+            "rate_key": job.rate_key,
             "notify": notify,
         }
 
@@ -53,7 +54,7 @@ class PreparedBatch:
             f'"payload":{payload},'
             f'"key":{"null" if job.idempotency_key is None else dumps(job.idempotency_key)},'
             f'"at":{dumps(job.available_at.isoformat()) if job.available_at else "null"},'
-            f'"priority":{job.priority}}}'
+            f'"priority":{job.priority}{_rate_key_field(job)}}}'
             for job_id, job, payload in zip(self.ids, self.jobs, self.payloads, strict=True)
         ]
         return {"jobs": "[" + ",".join(rows) + "]", "notify": notify}
@@ -91,6 +92,11 @@ class PreparedBatch:
                     "transaction); retry the enqueue in a new transaction"
                 )
         return out
+
+
+def _rate_key_field(job: Job) -> str:
+    """The job's rate_key as a field of its JSON object (none when it has no key)."""
+    return "" if job.rate_key is None else f',"rate_key":{json.dumps(job.rate_key)}'
 
 
 def _conflict() -> EnqueueConflict:

@@ -38,6 +38,7 @@ from brooq.vocabulary.payload import (
     decode_stored_payload,
     encode_payload,
 )
+from brooq.vocabulary.ratelimit import MAX_RATE_COUNT, RateLimit, parse_rate_limit
 from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
@@ -47,6 +48,7 @@ __all__ = [
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
+    "MAX_RATE_COUNT",
     "MISSED_RUNS",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
@@ -74,6 +76,7 @@ __all__ = [
     "NeedsDatabase",
     "PreserveAttempt",
     "PrivilegeMissing",
+    "RateLimit",
     "Schedule",
     "SchemaMismatch",
     "SchemaMissing",
@@ -93,5 +96,6 @@ __all__ = [
     "new_job_ids",
     "parse_duration",
     "parse_job_id",
+    "parse_rate_limit",
     "topic_problem",
 ]

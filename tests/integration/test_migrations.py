@@ -15,6 +15,7 @@ ALL = [
     "0006.job-last-traceback",
     "0007.supervisor",
     "0008.job-expiry-streak",
+    "0011.rate-limit",
 ]
 
 
