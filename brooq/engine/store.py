@@ -169,6 +169,11 @@ class Store(Protocol):
         """
         ...
 
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full when missing), so that
+        operators read it before the first claim; the tokens are left as they are."""
+        ...
+
     def settle(
         self,
         ticket: Ticket,

@@ -453,6 +453,37 @@ FROM job
 WHERE state = 'processing'
 ORDER BY locked_until
 
+-- name: rate_limits
+-- Each topic's rate limit as its claims last wrote it; the tokens its own bucket holds
+-- now (fractions included), and its keys' buckets in use (not full) and those holding
+-- no whole token.
+SELECT t.topic, t.rate, EXTRACT(EPOCH FROM t.per)::float8 AS per_s, t.burst,
+       GREATEST(0, t.burst - GREATEST(0, EXTRACT(EPOCH FROM t.full_at - clock_timestamp()))
+                             * t.rate / EXTRACT(EPOCH FROM t.per))::float8 AS tokens,
+       count(k.key)::int AS keys,
+       (count(k.key) FILTER (
+           WHERE k.burst - ceil(EXTRACT(EPOCH FROM k.full_at - clock_timestamp()) * k.rate
+                                / EXTRACT(EPOCH FROM k.per)) < 1))::int AS keys_waiting
+FROM brooq_rate_limit AS t
+LEFT JOIN brooq_rate_limit AS k
+       ON k.topic = t.topic AND k.key <> '' AND k.full_at > clock_timestamp()
+WHERE t.key = ''
+GROUP BY t.topic, t.rate, t.per, t.burst, t.full_at
+ORDER BY t.topic
+
+-- name: declare_rates
+-- The rate limits a supervisor serves, written into their topics' buckets before any
+-- claim (a missing bucket is created full), so operators see them from the start.
+INSERT INTO brooq_rate_limit AS bucket (topic, key, rate, per, burst, full_at)
+SELECT topic, '', rate, per, burst, now()
+FROM unnest(%(topics)s::text[], %(rates)s::int[], %(pers)s::interval[], %(bursts)s::int[])
+     AS declared(topic, rate, per, burst)
+ORDER BY topic
+ON CONFLICT (topic, key) DO UPDATE
+SET rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst
+WHERE (bucket.rate, bucket.per, bucket.burst)
+      IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
+
 -- name: recent_dead
 -- Jobs that went dead recently, newest first (capped), and their total.
 SELECT id, topic, attempts, expirations, last_error, updated_at

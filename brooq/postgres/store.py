@@ -179,6 +179,19 @@ class PostgresStore:
             if wait is not None:
                 out.rate_limited[topic] = wait
 
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full), tokens untouched."""
+        if not rates:
+            return
+        topics = sorted(rates)
+        params = {
+            "topics": topics,
+            "rates": [rates[t].count for t in topics],
+            "pers": [rates[t].per for t in topics],
+            "bursts": [rates[t].burst for t in topics],
+        }
+        self._retrying(sql("declare_rates"), params, fetch=False)
+
     def settle(
         self,
         ticket: Ticket,
@@ -232,7 +245,7 @@ class PostgresStore:
         rows = self._retrying(sql("settle_many"), {"outcomes": outcomes})
         return {str(r[0]) for r in rows}
 
-    def _retrying(self, statement: str, params: dict[str, Any]) -> list[Row]:
+    def _retrying(self, statement: str, params: dict[str, Any], fetch: bool = True) -> list[Row]:
         with self.connector.connection() as conn:
             # Inside a transaction (through PgBouncer the connector opens one per operation
             # for its SET LOCAL), each try is a savepoint, so a deadlock victim can retry.
@@ -240,7 +253,8 @@ class PostgresStore:
             for attempt in range(DEADLOCK_RETRIES):
                 try:
                     with conn.transaction() if nested else contextlib.nullcontext():
-                        return conn.execute(statement, params).fetchall()
+                        cur = conn.execute(statement, params)
+                        return cur.fetchall() if fetch else []
                 except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
                     if attempt == DEADLOCK_RETRIES - 1:
                         raise

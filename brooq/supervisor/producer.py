@@ -5,7 +5,8 @@ refilled with one claim statement (``LIMIT n … SKIP LOCKED``) sized to the
 group's idle workers plus a prefetch depth. A worker that finishes gets its
 next job from the buffer at once, without waiting for the database. Jobs
 wait in a buffer only briefly: past ``max_wait`` they are released,
-uncharged, for another supervisor to take.
+uncharged, for another supervisor to take. A claim that a rate limit cut
+short is sent again when the limit's next token is due, not before.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from brooq.engine.store import Claimed, Store
+from brooq.engine.store import Claimed, ClaimedBatch, Store
 from brooq.supervisor.database import Database
+from brooq.vocabulary import RateLimit
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -77,10 +79,16 @@ class Producer:
         poll_interval: timedelta,
         max_wait: float,
         on_claimed: Callable[[list[Claimed], float], None],
+        rates: Mapping[str, RateLimit] | None = None,
     ) -> None:
         self.store, self.db, self.holder, self.lease = store, db, holder, lease
         self.groups = {g: GroupState(g) for g in groups}
         self.limits = dict(limits)
+        self.rates = dict(rates or {})
+        """The rate limit of every topic that has one (a reload replaces them)."""
+        self.declared: dict[str, RateLimit] = {}
+        """The rates last written to the database (``brooq status`` and /metrics read them)."""
+        self._declare_at = 0.0
         self.prefetch = prefetch
         self.poll_s = poll_interval.total_seconds()
         self.max_wait = max_wait
@@ -123,6 +131,7 @@ class Producer:
         """Send a claim for every group short of jobs; how many claims were sent."""
         if self.paused:
             return 0
+        self._declare(now)
         sent = 0
         for group, state in self.groups.items():
             if state.asked:
@@ -134,12 +143,26 @@ class Producer:
             sent += 1
         return sent
 
+    def _declare(self, now: float) -> None:
+        """Write the served rate limits into their buckets, once and after each change."""
+        if self.rates == self.declared or now < self._declare_at:
+            return
+        rates = dict(self.rates)
+        self._declare_at = now + self.poll_s  # one try at a time; again after a failure
+
+        def done(_: object, error: BaseException | None) -> None:
+            if error is None:
+                self.declared = rates
+
+        self.db.submit("rates", lambda: self.store.declare_rates(rates), done)
+
     def _claim(self, state: GroupState, want: int, now: float) -> None:
         state.asked = want
         topics, limits = (
             list(state.topics),
             {t: self.limits[t] for t in state.topics if t in self.limits},
         )
+        rates = {t: self.rates[t] for t in state.topics if t in self.rates}
         lease_end = now + self.lease.total_seconds()
 
         def done(claimed: list[Claimed] | None, error: BaseException | None) -> None:
@@ -150,14 +173,17 @@ class Producer:
                 return
             state.more_ready = len(claimed) >= want
             if not state.more_ready:
-                state.next_poll = now + self.poll_s
+                # Cut short by a rate limit: look again when its next token is due (a
+                # NOTIFY alone would only meet the same empty bucket).
+                token = claimed.next_token_in() if isinstance(claimed, ClaimedBatch) else None
+                state.next_poll = now + (self.poll_s if token is None else min(self.poll_s, token))
             self.on_claimed(claimed, lease_end)
             state.buffer.extend(Buffered(c, now) for c in claimed)
             state.oldest = min(state.oldest, now)
 
         self.db.submit(
             f"claim:{','.join(topics)}",
-            lambda: self.store.claim_many(self.holder, topics, self.lease, want, limits),
+            lambda: self.store.claim_many(self.holder, topics, self.lease, want, limits, rates),
             done,
         )
 

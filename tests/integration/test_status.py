@@ -128,6 +128,7 @@ def test_status_json_is_one_object_with_every_section(
         "taken_at",
         "depth",
         "oldest_ready_s",
+        "rate_limits",
         "running",
         "dead_last_hour",
         "dead_last_hour_total",

@@ -58,6 +58,14 @@ class Buckets:
         cost = _ceil_div(n * rate.interval_us, rate.count)
         self.buckets[at] = Bucket(start + cost * MICROSECOND, rate)
 
+    def declare(self, at: BucketKey, rate: RateLimit, now: datetime) -> None:
+        """Record ``rate`` in the bucket (created full when missing); tokens untouched."""
+        bucket = self.buckets.get(at)
+        if bucket is None:
+            self.buckets[at] = Bucket(now, rate)
+        else:
+            bucket.rate = rate
+
     def refund(self, at: BucketKey, n: int, now: datetime) -> None:
         """Give ``n`` tokens back (a full or missing bucket stays full)."""
         bucket = self.buckets.get(at)

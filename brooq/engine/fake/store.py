@@ -165,6 +165,12 @@ class InMemoryStore(FakeUpkeep):
             row.available_at,
         )
 
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full), tokens untouched."""
+        with self._lock:
+            for topic, rate in rates.items():
+                self.buckets.declare((topic, ""), rate, self.now())
+
     def settle(
         self,
         ticket: Ticket,
