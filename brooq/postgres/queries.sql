@@ -246,13 +246,17 @@ WITH RECURSIVE clock AS MATERIALIZED (
                                               - clock.t) * 1000000)
                            * %(rate)s / %(per_us)s) < 1
       AND CASE WHEN b.key = ''
-               THEN EXISTS (SELECT 1 FROM job
-                            WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
-                              AND NOT (id = ANY(ARRAY(SELECT id FROM claimed))))
-               ELSE EXISTS (SELECT 1 FROM job
-                            WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
-                              AND NOT (id = ANY(ARRAY(SELECT id FROM claimed))))
-          END
+               THEN (SELECT id FROM job
+                     WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+                       AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
+                     ORDER BY {{claim_order}}
+                     LIMIT 1)
+               ELSE (SELECT id FROM job
+                     WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+                       AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
+                     ORDER BY {{claim_order}}
+                     LIMIT 1)
+          END IS NOT NULL
 )
 SELECT claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.expirations,
        claimed.locked_until, claimed.priority, claimed.available_at, claimed.rate_key,
