@@ -104,6 +104,10 @@ def test_three_supervisors_share_one_limit(
     jobs = 600
     starts = tmp_path / "starts.jsonl"
     sups = start_three(supervise, starts)
+    first = scrape(http_addr(sups[0]))  # before any job: every series there already
+    assert first.matching("brooq_rate_limited_total", topic="api.call")
+    assert first.value("brooq_rate_limited_total", topic="api.call") == 0
+    assert first.value("brooq_rate_tokens", topic="api.call") == BURST
     began = enqueue(pg, "api.call", [None] * jobs)
     wait_until(lambda: all_done(pg, "api.call", jobs), 60, f"{jobs} api.call jobs done", 0.2)
 
