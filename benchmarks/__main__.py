@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import claim_cost, drain, enqueue, latency, peers, retention
+from benchmarks import claim_cost, drain, enqueue, latency, peers, ratelimit, retention
 from benchmarks.harness import (
     FULL,
     QUICK,
@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "latency": latency.run_round,
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
+    "ratelimit": ratelimit.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -57,6 +58,7 @@ NAMES = [
     "latency",
     "claim_cost",
     "retention",
+    "ratelimit",
 ]
 GROUP_ORDER = [
     enqueue.GROUP_SINGLE,
@@ -68,6 +70,7 @@ GROUP_ORDER = [
     latency.GROUP,
     claim_cost.GROUP,
     retention.GROUP,
+    ratelimit.GROUP,
     peers.GROUP,
 ]
 
@@ -125,6 +128,7 @@ def ratios(sizes: Any) -> list[Ratio]:
             "retention.claim_p99_before",
         ),
     ]
+    out += ratelimit.ratios(sizes)
     return out
 
 
