@@ -89,6 +89,7 @@ class Producer:
         self.declared: dict[str, RateLimit] = {}
         """The rates last written to the database (``brooq status`` and /metrics read them)."""
         self._declare_at = 0.0
+        """No declaration before this (one at a time; after a failure, a poll interval on)."""
         self.prefetch = prefetch
         self.poll_s = poll_interval.total_seconds()
         self.max_wait = max_wait
@@ -148,11 +149,13 @@ class Producer:
         if self.rates == self.declared or now < self._declare_at:
             return
         rates = dict(self.rates)
-        self._declare_at = now + self.poll_s  # one try at a time; again after a failure
+        self._declare_at = float("inf")
 
         def done(_: object, error: BaseException | None) -> None:
             if error is None:
-                self.declared = rates
+                self.declared, self._declare_at = rates, 0.0
+            else:
+                self._declare_at = now + self.poll_s
 
         self.db.submit("rates", lambda: self.store.declare_rates(rates), done)
 

@@ -199,6 +199,21 @@ def test_a_claim_cut_short_by_the_limit_comes_back_when_the_next_token_is_due() 
     assert p.run_once(0.06, {GROUP: 8}, {GROUP: 8}) == 0  # declared once only
 
 
+def test_a_reload_that_changes_a_rate_writes_it_again() -> None:
+    store, db, sink = InMemoryStore(), InlineDatabase(), list[Claimed]()
+    p = rated_producer(store, db, sink)
+    p.run_once(0.0, {GROUP: 0}, {GROUP: 8})
+    assert [name for name, _, _ in db.tasks] == ["rates"]  # no worker free: no claim yet
+    db.finish()
+    slower = RateLimit(5, timedelta(seconds=1), 5)
+    p.rates = {"api.call": slower}  # what a reload does (wiring.put_into_service)
+    p.run_once(0.1, {GROUP: 0}, {GROUP: 8})
+    assert [name for name, _, _ in db.tasks] == ["rates"]
+    db.finish()
+    assert p.declared == {"api.call": slower}
+    assert store.buckets.buckets[("api.call", "")].rate == slower
+
+
 def test_a_batch_not_cut_short_says_no_limit_waited() -> None:
     clock = Clock()
     store = InMemoryStore(clock)
