@@ -108,9 +108,13 @@ class Producer:
         fast handlers never wait for the database, and a claim is sent for a batch
         (the buffer is refilled once half of it is gone); none while they do not
         turn jobs over (jobs waiting behind long-running handlers would only be
-        released again).
+        released again), nor for a group whose every topic has a rate limit: its jobs
+        are claimed for workers that take them at once, so they start when they spend
+        their token.
         """
         if not self.prefetch or now - state.last_finish > RATE_STALE_S:
+            return 0
+        if all(t in self.rates for t in state.topics):
             return 0
         capacity = workers / max(state.service, 1e-4)  # jobs per second, if always fed
         covering = int(capacity * max(state.round_trip * 2, BUFFER_S)) + 1

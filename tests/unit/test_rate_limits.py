@@ -199,6 +199,18 @@ def test_a_claim_cut_short_by_the_limit_comes_back_when_the_next_token_is_due() 
     assert p.run_once(0.06, {GROUP: 8}, {GROUP: 8}) == 0  # declared once only
 
 
+def test_a_group_of_rate_limited_topics_claims_for_its_free_workers_only() -> None:
+    """No prefetch ahead of busy workers: a claimed job starts when it spends its token."""
+    store, db, sink = InMemoryStore(), InlineDatabase(), list[Claimed]()
+    p = rated_producer(store, db, sink)
+    p.finished(GROUP, 10.0, service=0.001)  # the workers turn jobs over fast
+    assert p.depth(p.groups[GROUP], 8, 10.0) == 0
+    mixed = ("api.call", "free")
+    p.add_group(mixed)
+    p.finished(mixed, 10.0, service=0.001)
+    assert p.depth(p.groups[mixed], 8, 10.0) > 0  # the unlimited topic keeps its buffer
+
+
 def test_a_reload_that_changes_a_rate_writes_it_again() -> None:
     store, db, sink = InMemoryStore(), InlineDatabase(), list[Claimed]()
     p = rated_producer(store, db, sink)
