@@ -29,6 +29,7 @@ from benchmarks import (
     latency,
     partitions,
     peers,
+    ratelimit,
     results_cost,
     retention,
     runs,
@@ -65,6 +66,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "retention": retention.run_round,
     "results": results_cost.run_round,
     "partitions": partitions.run_round,
+    "ratelimit": ratelimit.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -82,6 +84,7 @@ NAMES = [
     "retention",
     "results",
     "partitions",
+    "ratelimit",
 ]
 OFF_IN_QUICK = {"partitions"}
 """Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
@@ -107,6 +110,7 @@ def group_order(ctx: Context) -> list[str]:
         retention.GROUP,
         results_cost.GROUP,
         partitions.GROUP,
+        ratelimit.GROUP,
     ]
 
 
@@ -190,6 +194,7 @@ def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
             "retention.claim_p99_before",
         ),
     ]
+    out += ratelimit.ratios(sizes)
     return out
 
 

@@ -223,8 +223,12 @@ class InProcessSlot:
         return False
 
     def _wait_for_jobs(self) -> None:
-        """Until a NOTIFY, the poll interval, or a stop signal (checked every second)."""
-        deadline = time.monotonic() + self.settings.poll_interval.total_seconds()
+        """Until a NOTIFY, the poll interval, a rate limit's next token, or a stop signal
+        (checked every second)."""
+        wait = self.settings.poll_interval.total_seconds()
+        if (token := self.runner.next_token_in) is not None:
+            wait = min(wait, token)
+        deadline = time.monotonic() + wait
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
             if self.waker.wait(timedelta(seconds=min(left, 1.0))).topics:
                 return

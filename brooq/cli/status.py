@@ -1,5 +1,5 @@
-"""``brooq status``: depth and lag per topic, running jobs, recent deaths, the job table's
-partitions, schedules.
+"""``brooq status``: depth and lag per topic, rate limits, running jobs, recent deaths, the job
+table's partitions, schedules.
 
 Once, or redrawn every ``--watch`` seconds; as text or as JSON.
 """
@@ -90,6 +90,7 @@ def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[
         "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "depth": [asdict(row) for row in inspection.depth()],
         "oldest_ready_s": ready,
+        "rate_limits": [asdict(row) for row in inspection.rate_limits()],
         "running": [asdict(row) for row in inspection.running()],
         "dead_last_hour": [
             {**asdict(row), "updated_at": row.updated_at.isoformat()} for row in dead
@@ -168,6 +169,7 @@ def render(snap: dict[str, Any]) -> str:
     blocks = [
         f"brooq status at {snap['taken_at']}",
         render_depth(snap["depth"], snap["oldest_ready_s"]),
+        *([render_rates(snap["rate_limits"])] if snap.get("rate_limits") else []),
         render_running(snap["running"]),
         render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
         render_workers(
@@ -205,6 +207,22 @@ def render_depth(rows: list[dict[str, Any]], oldest: dict[str, float]) -> str:
         cells = " ".join(f"{counts.get(s, 0):>10}" for s in STATES)
         ready = age(oldest[topic]) if topic in oldest else "—"
         lines.append(f"{safe(topic):<{width}} {cells}  {ready:>12}")
+    return "\n".join(lines)
+
+
+def render_rates(rows: list[dict[str, Any]]) -> str:
+    """Each rate-limited topic: its limit and burst, the tokens its own bucket holds now, its
+    keys' buckets in use and those with no token left."""
+    width = max(len("topic"), *(len(safe(r["topic"])) for r in rows))
+    lines = [
+        "rate limits:",
+        f"  {'topic':<{width}} {'limit':>9} {'burst':>7} {'tokens':>9} {'keys':>6} {'waiting':>7}",
+    ]
+    for r in rows:
+        lines.append(
+            f"  {safe(r['topic']):<{width}} {safe(r['limit']):>9} {r['burst']:>7} "
+            f"{r['tokens']:>9.1f} {r['keys']:>6} {r['keys_waiting']:>7}"
+        )
     return "\n".join(lines)
 
 

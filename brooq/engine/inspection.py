@@ -48,6 +48,22 @@ class DeadJob:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicRate:
+    """A topic's rate limit as its claims last recorded it, and what its buckets hold now."""
+
+    topic: str
+    limit: str
+    """``"20/s"``: starts per second, minute or hour."""
+    burst: int
+    tokens: float
+    """Tokens the topic's own bucket holds (its jobs without a rate_key), fractions included."""
+    keys: int
+    """Keys (rate_key) whose bucket is in use: not full again yet."""
+    keys_waiting: int
+    """Keys whose bucket holds no whole token: their next job waits for the limit."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobRow:
     """One line of a job listing (last_error cut to a few hundred characters)."""
 
@@ -161,6 +177,10 @@ class Inspection(Protocol):
 
     def count_dead(self, since: timedelta) -> int:
         """How many jobs went dead within ``since`` (a total, never capped)."""
+        ...
+
+    def rate_limits(self) -> list[TopicRate]:
+        """Every rate-limited topic a claim or a supervisor recorded, by topic."""
         ...
 
     def job(self, job_id: str) -> JobRecord:

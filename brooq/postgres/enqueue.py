@@ -53,6 +53,7 @@ class PreparedBatch:
             "key": job.idempotency_key,
             "available_at": job.available_at,
             "priority": job.priority,
+            "rate_key": job.rate_key,
             "notify": notify,
         }
 
@@ -68,7 +69,7 @@ class PreparedBatch:
             at = dumps(job.available_at.isoformat()) if job.available_at else "null"
             rows.append(
                 f'{{"id":"{self.ids[i]}","topic":{topic},"payload":{self.payloads[i]},'
-                f'"key":{key},"at":{at},"priority":{job.priority}}}'
+                f'"key":{key},"at":{at},"priority":{job.priority}{_rate_key_field(job)}}}'
             )
         return {"jobs": "[" + ",".join(rows) + "]", "notify": notify}
 
@@ -143,6 +144,11 @@ def _settle(
         else:
             missing.append(i)
     return missing
+
+
+def _rate_key_field(job: Job) -> str:
+    """The job's rate_key as a field of its JSON object (none when it has no key)."""
+    return "" if job.rate_key is None else f',"rate_key":{json.dumps(job.rate_key)}'
 
 
 def _conflict() -> EnqueueConflict:

@@ -64,9 +64,10 @@ WITH keyed AS (
     ON CONFLICT (topic, idempotency_key) DO NOTHING
     RETURNING job_id
 ), inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key)
     SELECT %(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
-           COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint
+           COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
+           %(rate_key)s::text
     WHERE %(key)s::text IS NULL OR EXISTS (SELECT FROM keyed)
     RETURNING id, topic
 ), notified AS (
@@ -84,15 +85,17 @@ WHERE held.topic = %(topic)s::text AND held.idempotency_key = %(key)s::text
 -- can adapt six parameter arrays), keyed as enqueue_one keys one.
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
-        AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint)
+        AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint,
+                 rate_key text)
 ), keyed AS (
     INSERT INTO job_key (topic, idempotency_key, job_id)
     SELECT topic, key, id FROM input WHERE key IS NOT NULL
     ON CONFLICT (topic, idempotency_key) DO NOTHING
     RETURNING job_id
 ), inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
-    SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key)
+    SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
+           rate_key
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic
@@ -164,10 +167,11 @@ WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
 -- name: lock_topic
--- Serialize the claims of one topic that has a max_running limit, until the
--- end of the transaction: SKIP LOCKED alone would let two claimers both see
--- room for one more. The claim runs as a separate statement after it, so its
--- snapshot includes every claim committed by the previous lock holder.
+-- Serialize the claims of one topic that has a max_running or a rate limit,
+-- until the end of the transaction: SKIP LOCKED alone would let two claimers
+-- both see room for one more (or both spend the same token). The claim runs as
+-- a separate statement after it, so its snapshot includes every claim
+-- committed by the previous lock holder.
 SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0))
 
 -- name: claim_topic_limited
@@ -185,6 +189,133 @@ FROM unnest(ARRAY(
 )) AS picked (job_id)
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
+
+-- fragment: bucket_deficit_us
+-- How far a bucket is from full, in whole microseconds of the database clock
+-- (0 for a missing row: a missing bucket is full).
+GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
+
+-- name: claim_topic_rated
+-- claim_topic within the topic's rate limit (and its max_running, when it has
+-- one), run after lock_topic in the same transaction: the buckets read here
+-- include every claim committed by the previous lock holder, and the clock is
+-- the database's, read once after the lock was granted.
+-- A bucket is GCRA's "full at" time: it holds burst - ceil(deficit * rate / per)
+-- tokens; n tokens push full_at to max(full_at, now) + ceil(n * per / rate).
+-- Keys (job.rate_key) each have a bucket: the distinct keys with claimable rows
+-- are walked on job_rate_key_idx (one short probe per key), the head of every
+-- key with tokens is taken, then the best of those heads, so a busy key never
+-- starves the others. Rows of keys whose bucket is full again are deleted.
+-- Returns the claimed rows and, on every row (one row of NULLs when none was
+-- claimed), wait_s: the seconds until a key that still has ready jobs but no
+-- token gets one (NULL: no key waits for the limit).
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS t
+), keys AS (
+    (SELECT rate_key FROM job
+     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
+     ORDER BY rate_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT next.rate_key FROM job AS next
+            WHERE next.topic = %(topic)s AND next.state IN ('pending', 'failed')
+              AND next.rate_key > keys.rate_key
+            ORDER BY next.rate_key
+            LIMIT 1)
+    FROM keys
+    WHERE keys.rate_key IS NOT NULL
+), buckets AS MATERIALIZED (
+    SELECT k.key, bucket.full_at,
+           GREATEST(0, %(burst)s - ceil({{bucket_deficit_us}} * %(rate)s / %(per_us)s))::int
+               AS tokens
+    FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys WHERE rate_key IS NOT NULL) AS k
+    CROSS JOIN clock
+    LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
+), keyed AS (
+    SELECT head.id, head.priority, head.available_at
+    FROM buckets AS b
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM job
+        WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+        ORDER BY {{claim_order}}
+        LIMIT LEAST(b.tokens, %(limit)s)
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS head
+    WHERE b.key <> '' AND b.tokens > 0
+), unkeyed AS (
+    SELECT id, priority, available_at FROM job
+    WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+    ORDER BY {{claim_order}}
+    LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+    FOR NO KEY UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT id FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
+    ORDER BY priority DESC, available_at, id
+    LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
+               ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
+                   SELECT count(*) FROM job AS running
+                   WHERE running.state = 'processing' AND running.topic = %(topic)s)))
+          END
+), claimed AS (
+    UPDATE job
+    SET {{claim_set}}
+    FROM unnest(ARRAY(SELECT id FROM chosen)) AS picked (job_id)
+    WHERE job.id = picked.job_id
+    RETURNING {{claimed_columns}}, rate_key
+), used AS (
+    SELECT k.key, ceil(count(claimed.id) * %(per_us)s::numeric / %(rate)s)::bigint AS cost_us
+    FROM (SELECT '' AS key UNION SELECT rate_key FROM claimed WHERE rate_key IS NOT NULL) AS k
+    LEFT JOIN claimed ON COALESCE(claimed.rate_key, '') = k.key
+    GROUP BY k.key
+), spent AS (
+    INSERT INTO brooq_rate_limit AS bucket (topic, key, rate, per, burst, full_at)
+    SELECT %(topic)s, used.key, %(rate)s, %(per)s, %(burst)s,
+           clock.t + used.cost_us * interval '1 microsecond'
+    FROM used CROSS JOIN clock
+    ON CONFLICT (topic, key) DO UPDATE
+    SET full_at = GREATEST(bucket.full_at, (SELECT t FROM clock))
+                  + (SELECT cost_us FROM used WHERE used.key = EXCLUDED.key)
+                    * interval '1 microsecond',
+        rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst
+    WHERE EXCLUDED.full_at > (SELECT t FROM clock)
+       OR (bucket.rate, bucket.per, bucket.burst)
+          IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
+    RETURNING bucket.key, bucket.full_at
+), idle AS (
+    -- SKIP LOCKED: a bucket a release is refunding is left for the next claim.
+    DELETE FROM brooq_rate_limit AS bucket
+    WHERE (bucket.topic, bucket.key) IN (
+        SELECT topic, key FROM brooq_rate_limit, clock
+        WHERE topic = %(topic)s AND key <> '' AND full_at <= clock.t
+          AND key NOT IN (SELECT key FROM used)
+        FOR UPDATE OF brooq_rate_limit SKIP LOCKED)
+), waits AS (
+    SELECT min(EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at) - clock.t)
+               - floor((%(burst)s - 1) * %(per_us)s::numeric / %(rate)s) / 1000000)::float8
+               AS wait_s
+    FROM buckets AS b
+    CROSS JOIN clock
+    LEFT JOIN spent ON spent.key = b.key
+    WHERE %(burst)s - ceil(GREATEST(0, EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at)
+                                              - clock.t) * 1000000)
+                           * %(rate)s / %(per_us)s) < 1
+      AND CASE WHEN b.key = ''
+               THEN (SELECT id FROM job
+                     WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+                       AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
+                     ORDER BY {{claim_order}}
+                     LIMIT 1)
+               ELSE (SELECT id FROM job
+                     WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+                       AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
+                     ORDER BY {{claim_order}}
+                     LIMIT 1)
+          END IS NOT NULL
+)
+SELECT claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.expirations,
+       claimed.locked_until, claimed.priority, claimed.available_at, claimed.rate_key,
+       waits.wait_s
+FROM waits LEFT JOIN claimed ON true
 
 -- name: settle
 -- Write the outcome of one attempt, if this holder still holds this attempt,
@@ -242,24 +373,45 @@ SET locked_until = now() + %(lease)s
 {{held_by_tickets}}
 RETURNING job.id, job.locked_until
 
+-- fragment: refund_tokens
+-- Jobs given back unstarted give back the tokens their claims took from a rate
+-- limit's bucket: its full_at moves back by their time, rounded down (never
+-- more than the claim took). A full or missing bucket stays full.
+refunded AS (
+    UPDATE brooq_rate_limit AS bucket
+    SET full_at = bucket.full_at
+                  - floor(gone.n * EXTRACT(EPOCH FROM bucket.per) * 1000000 / bucket.rate)::bigint
+                    * interval '1 microsecond'
+    FROM (SELECT topic, COALESCE(rate_key, '') AS key, count(*) AS n
+          FROM released GROUP BY 1, 2) AS gone
+    WHERE bucket.topic = gone.topic AND bucket.key = gone.key
+      AND bucket.full_at > clock_timestamp()
+)
+
 -- name: release
 -- Give jobs back without charging their attempt: they did not run, or the
 -- supervisor stopped their handlers (shutdown), not the jobs' own fault.
-UPDATE job
-SET state = 'pending', attempts = GREATEST(job.attempts - 1, job.expirations),
-    locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
-{{held_by_tickets}}
-RETURNING job.id
+WITH released AS (
+    UPDATE job
+    SET state = 'pending', attempts = GREATEST(job.attempts - 1, job.expirations),
+        locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
+    {{held_by_tickets}}
+    RETURNING job.id, job.topic, job.rate_key
+), {{refund_tokens}}
+SELECT id FROM released
 
 -- name: release_unknown
 -- After a round trip whose answer was lost (the connection broke mid-claim),
 -- rows this holder claimed but never heard of are given back, uncharged. The
 -- holder is unique per process start, so no other process's rows match.
-UPDATE job
-SET state = 'pending', attempts = GREATEST(attempts - 1, expirations),
-    locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
-WHERE state = 'processing' AND locked_by = %(holder)s AND NOT (id = ANY(%(known)s::uuid[]))
-RETURNING id
+WITH released AS (
+    UPDATE job
+    SET state = 'pending', attempts = GREATEST(attempts - 1, expirations),
+        locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
+    WHERE state = 'processing' AND locked_by = %(holder)s AND NOT (id = ANY(%(known)s::uuid[]))
+    RETURNING id, topic, rate_key
+), {{refund_tokens}}
+SELECT id FROM released
 
 -- name: requeue_expired
 -- The reaper: a lease ran out (the holder's host or supervisor died). Not a
@@ -336,7 +488,7 @@ SELECT id FROM canceled
 -- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
 SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry_streak,
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
-       last_traceback, created_at, updated_at, result::text AS result
+       last_traceback, created_at, updated_at, result::text AS result, rate_key
 FROM job
 WHERE id = %(id)s
 
@@ -399,6 +551,37 @@ SELECT id, topic, locked_by, attempts, expirations,
 FROM job
 WHERE state = 'processing'
 ORDER BY locked_until
+
+-- name: rate_limits
+-- Each topic's rate limit as its claims last wrote it; the tokens its own bucket holds
+-- now (fractions included), and its keys' buckets in use (not full) and those holding
+-- no whole token.
+SELECT t.topic, t.rate, EXTRACT(EPOCH FROM t.per)::float8 AS per_s, t.burst,
+       GREATEST(0, t.burst - GREATEST(0, EXTRACT(EPOCH FROM t.full_at - clock_timestamp()))
+                             * t.rate / EXTRACT(EPOCH FROM t.per))::float8 AS tokens,
+       count(k.key)::int AS keys,
+       (count(k.key) FILTER (
+           WHERE k.burst - ceil(EXTRACT(EPOCH FROM k.full_at - clock_timestamp()) * k.rate
+                                / EXTRACT(EPOCH FROM k.per)) < 1))::int AS keys_waiting
+FROM brooq_rate_limit AS t
+LEFT JOIN brooq_rate_limit AS k
+       ON k.topic = t.topic AND k.key <> '' AND k.full_at > clock_timestamp()
+WHERE t.key = ''
+GROUP BY t.topic, t.rate, t.per, t.burst, t.full_at
+ORDER BY t.topic
+
+-- name: declare_rates
+-- The rate limits a supervisor serves, written into their topics' buckets before any
+-- claim (a missing bucket is created full), so operators see them from the start.
+INSERT INTO brooq_rate_limit AS bucket (topic, key, rate, per, burst, full_at)
+SELECT topic, '', rate, per, burst, now()
+FROM unnest(%(topics)s::text[], %(rates)s::int[], %(pers)s::interval[], %(bursts)s::int[])
+     AS declared(topic, rate, per, burst)
+ORDER BY topic
+ON CONFLICT (topic, key) DO UPDATE
+SET rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst
+WHERE (bucket.rate, bucket.per, bucket.burst)
+      IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
 
 -- name: recent_dead
 -- Jobs that went dead recently, newest first (capped), and their total.
@@ -580,7 +763,7 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- name: tables_without_dml
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
-SELECT t FROM unnest(ARRAY['job', 'job_key', 'brooq_supervisor']) AS t
+SELECT t FROM unnest(ARRAY['job', 'job_key', 'brooq_supervisor', 'brooq_rate_limit']) AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')

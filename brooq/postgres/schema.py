@@ -27,6 +27,7 @@ MARKS = {
     "0008.job-expiry-streak": "column:expiry_streak",
     "0009.job-partitions": "relation:job_key",
     "0010.job-result": "column:result",
+    "0011.rate-limit": "relation:brooq_rate_limit",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

@@ -15,11 +15,13 @@ from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.results import wait_for_result_async
 from brooq.engine.store import (
     Claimed,
+    ClaimedBatch,
     SettleHookFailed,
     Ticket,
 )
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
+from brooq.postgres.limited import claim_limited
 from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
 from brooq.postgres.rows import (
     claimed_rows,
@@ -38,6 +40,7 @@ from brooq.vocabulary import (
     Job,
     JobNotFound,
     JobRecord,
+    RateLimit,
     SettleHook,
     parse_job_id,
 )
@@ -126,9 +129,10 @@ class PostgresStore(PostgresUpkeep):
         topics: Sequence[str],
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
+        rates: Mapping[str, RateLimit] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` (see claim_many)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -138,27 +142,29 @@ class PostgresStore(PostgresUpkeep):
         lease: timedelta,
         limit: int,
         limits: Mapping[str, int] | None = None,
-    ) -> list[Claimed]:
+        rates: Mapping[str, RateLimit] | None = None,
+    ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics``: one guarded statement, SKIP LOCKED.
 
-        Topics in ``limits`` (max_running) are claimed under a per-topic
-        transaction lock, so the cap holds across every host. Free and capped
-        topics take turns to go first, so neither group starves the other.
+        Topics in ``limits`` (max_running) or ``rates`` (rate_limit) are
+        claimed under a per-topic transaction lock, so the cap and the rate
+        hold across every host. Free and limited topics take turns to go
+        first, so neither group starves the other.
         """
-        caps = limits or {}
-        free = [t for t in topics if t not in caps]
-        capped = [t for t in topics if t in caps]
+        caps, rated = limits or {}, rates or {}
+        free = [t for t in topics if t not in caps and t not in rated]
+        capped = [t for t in topics if t in caps or t in rated]
         self._turn = not self._turn
-        out: list[Claimed] = []
+        out = ClaimedBatch()
         for group in [free, capped] if self._turn else [capped, free]:
             if group and len(out) < limit:
                 take = limit - len(out)
-                got = (
-                    self._claim_capped(holder, group, lease, take, caps)
-                    if group is capped
-                    else self._claim_free(holder, group, lease, take)
-                )
-                out.extend(got)
+                if group is capped:
+                    self._claim_capped(out, holder, group, lease, take, caps, rated)
+                else:
+                    out.extend(self._claim_free(holder, group, lease, take))
+        if len(out) >= limit:
+            out.rate_limited.clear()  # not cut short: whatever waits is for the next claim
         return out
 
     def _claim_free(
@@ -174,27 +180,43 @@ class PostgresStore(PostgresUpkeep):
 
     def _claim_capped(
         self,
+        out: ClaimedBatch,
         holder: str,
         topics: Sequence[str],
         lease: timedelta,
         limit: int,
         limits: Mapping[str, int],
-    ) -> list[Claimed]:
-        out: list[Claimed] = []
+        rates: Mapping[str, RateLimit],
+    ) -> None:
+        wanted = len(out) + limit
         for topic in topics:
-            if len(out) >= limit:
+            if len(out) >= wanted:
                 break
-            params = {
-                "holder": holder,
-                "lease": lease,
-                "topic": topic,
-                "limit": limit - len(out),
-                "max_running": limits[topic],
-            }
-            with self.connector.connection() as conn, conn.transaction():
-                conn.execute(sql("lock_topic"), {"topic": topic})
-                out.extend(claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder))
-        return out
+            claimed, wait = claim_limited(
+                self.connector,
+                holder,
+                topic,
+                lease,
+                wanted - len(out),
+                limits.get(topic),
+                rates.get(topic),
+            )
+            out.extend(claimed)
+            if wait is not None:
+                out.rate_limited[topic] = wait
+
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full), tokens untouched."""
+        if not rates:
+            return
+        topics = sorted(rates)
+        params = {
+            "topics": topics,
+            "rates": [rates[t].count for t in topics],
+            "pers": [rates[t].per for t in topics],
+            "bursts": [rates[t].burst for t in topics],
+        }
+        retrying(self.connector, sql("declare_rates"), params, fetch=False)
 
     def settle(
         self,

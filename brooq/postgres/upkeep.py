@@ -21,7 +21,9 @@ from brooq.vocabulary import Schedule
 DEADLOCK_RETRIES = 5
 
 
-def retrying(connector: Connector, statement: str, params: dict[str, Any]) -> list[Row]:
+def retrying(
+    connector: Connector, statement: str, params: dict[str, Any], fetch: bool = True
+) -> list[Row]:
     """The rows of ``statement``, run again when PostgreSQL aborted it for a deadlock (it
     rolled back whole; the fence of every brooq write makes running it again safe)."""
     with connector.connection() as conn:
@@ -31,7 +33,8 @@ def retrying(connector: Connector, statement: str, params: dict[str, Any]) -> li
         for attempt in range(DEADLOCK_RETRIES):
             try:
                 with conn.transaction() if nested else contextlib.nullcontext():
-                    return conn.execute(statement, params).fetchall()
+                    cur = conn.execute(statement, params)
+                    return cur.fetchall() if fetch else []
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
                 if attempt == DEADLOCK_RETRIES - 1:
                     raise

@@ -68,6 +68,7 @@ def build_producer(
         settings.poll_interval,
         max_wait=max(1.0, 2 * settings.poll_interval.total_seconds()),
         on_claimed=on_claimed,
+        rates=registry.rates(),
     )
 
 

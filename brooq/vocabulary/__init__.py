@@ -38,6 +38,7 @@ from brooq.vocabulary.payload import (
     decode_stored_payload,
     encode_payload,
 )
+from brooq.vocabulary.ratelimit import MAX_RATE_COUNT, RateLimit, parse_rate_limit
 from brooq.vocabulary.result import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_BYTES_LIMIT,
@@ -59,6 +60,7 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_MAX_RESULT_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
+    "MAX_RATE_COUNT",
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
     "TERMINAL_STATES",
@@ -90,6 +92,7 @@ __all__ = [
     "NeedsDatabase",
     "PreserveAttempt",
     "PrivilegeMissing",
+    "RateLimit",
     "ResultNotJSON",
     "ResultTimeout",
     "ResultTooLarge",
@@ -113,5 +116,6 @@ __all__ = [
     "new_job_ids",
     "parse_duration",
     "parse_job_id",
+    "parse_rate_limit",
     "topic_problem",
 ]

@@ -17,6 +17,7 @@ ALL = [
     "0008.job-expiry-streak",
     "0009.job-partitions",
     "0010.job-result",
+    "0011.rate-limit",
 ]
 
 

@@ -197,11 +197,12 @@ def test_the_outcome_is_read_from_the_row_alone(
     assert claimed is not None
     assert pg_store.settle(claimed.ticket, decide(RuntimeError("second"), 2, opts))
     assert _tables(pg) == tables_before
-    # The other tables say which supervisors are alive (brooq workers) and which job holds
-    # an idempotency key (job_key); no job's fate. job's partitions are job.
+    # The other tables say which supervisors are alive (brooq workers), which job holds an
+    # idempotency key (job_key) and what the rate limits' buckets hold; no job's fate.
+    # job's partitions are job.
     assert {
         t for t in tables_before if not t.startswith(("_yoyo", "yoyo", "job_p", "job_initial"))
-    } == {"job", "job_default", "job_key", "brooq_supervisor"}
+    } == {"job", "job_default", "job_key", "brooq_supervisor", "brooq_rate_limit"}
     row = pg.execute(
         "SELECT state, attempts, last_error FROM job WHERE id = %s", (job.id,)
     ).fetchone()

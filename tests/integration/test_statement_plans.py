@@ -151,7 +151,11 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "after_at": None, "after_id": None, "until": None, "most": 4,
         "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
+        "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
+        "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
     }  # fmt: skip
+    if name == "declare_rates":
+        params["topics"] = ["report.daily"]
     if name in {"existing_keys", "free_orphan_keys"}:
         params["topics"] = ["report.daily", "email.send"]
     if name in {"list_jobs", "count_jobs", "retry_jobs", "cancel_jobs", "purge_jobs"}:
