@@ -27,7 +27,9 @@ from benchmarks import (
     extras,
     idle,
     latency,
+    partitions,
     peers,
+    ratelimit,
     results_cost,
     retention,
     runs,
@@ -64,6 +66,8 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
     "results": results_cost.run_round,
+    "partitions": partitions.run_round,
+    "ratelimit": ratelimit.run_round,
     "workflows": workflows.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
@@ -81,9 +85,11 @@ NAMES = [
     "claim_cost",
     "retention",
     "results",
+    "partitions",
+    "ratelimit",
     "workflows",
 ]
-OFF_IN_QUICK = {"workflows"}
+OFF_IN_QUICK = {"partitions", "workflows"}
 """Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
 
 
@@ -106,6 +112,8 @@ def group_order(ctx: Context) -> list[str]:
         claim_cost.GROUP,
         retention.GROUP,
         results_cost.GROUP,
+        partitions.GROUP,
+        ratelimit.GROUP,
         workflows.GROUP,
     ]
 
@@ -197,6 +205,7 @@ def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
             "retention.claim_p99_before",
         ),
     ]
+    out += ratelimit.ratios(sizes)
     return out
 
 

@@ -50,7 +50,15 @@ def plan_of_claim(conn: psycopg.Connection[Any], params: dict[str, Any]) -> dict
     row = conn.execute("EXPLAIN (FORMAT JSON) " + sql("claim_topic"), params).fetchone()
     assert row is not None
     plan = row[0][0]["Plan"]
-    claim_scan = next((n for n in _nodes(plan) if n.get("Index Name") == "job_claim_idx"), None)
+    # job is partitioned: each partition scans its own copy of job_claim_idx.
+    claim_indexes = {"job_claim_idx"} | {
+        r[0]
+        for r in conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'job_claim_idx'::regclass"
+        )
+    }
+    claim_scan = next((n for n in _nodes(plan) if n.get("Index Name") in claim_indexes), None)
     return {
         "top": _describe(plan),
         "claim_scan": _describe(claim_scan) if claim_scan else "none on job_claim_idx",

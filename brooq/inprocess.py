@@ -3,8 +3,9 @@
 The handler runs in the main thread (soft interrupts work). A keeper thread
 with its own connections keeps the lease and LISTENs for cancels, so a
 canceled job is interrupted as fast as under ``brooq supervise``; LISTEN
-wakes the idle slot. The slot also runs the reaper and retention, so a lone
-worker needs nothing else. For isolation per process, use ``brooq supervise``.
+wakes the idle slot. The slot also runs the reaper, retention and the
+partitions ahead, so a lone worker needs nothing else. For isolation per
+process, use ``brooq supervise``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from datetime import timedelta
 from types import FrameType
 
 from brooq.config import Settings
+from brooq.engine.partitions import PartitionUpkeep
 from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
 from brooq.engine.runner import Attempted, RunListener, SlotRunner
@@ -151,7 +153,9 @@ class InProcessSlot:
             settings.retention_ttl,
             settings.retention_batch,
             Every(settings.retention_period),
+            partition_interval=settings.partition_interval,
         )
+        self.partitions = PartitionUpkeep(self.store, settings.partition_interval)
         self.stopping = False
         self.jobs = 0
 
@@ -210,6 +214,7 @@ class InProcessSlot:
         now = time.monotonic()
         self.reaper.tick(now)
         self.retention.tick(now)
+        self.partitions.tick(now)
         if self.runner.run_once() is None:
             if not self.options.exit_when_idle:
                 self._wait_for_jobs()
@@ -218,8 +223,12 @@ class InProcessSlot:
         return False
 
     def _wait_for_jobs(self) -> None:
-        """Until a NOTIFY, the poll interval, or a stop signal (checked every second)."""
-        deadline = time.monotonic() + self.settings.poll_interval.total_seconds()
+        """Until a NOTIFY, the poll interval, a rate limit's next token, or a stop signal
+        (checked every second)."""
+        wait = self.settings.poll_interval.total_seconds()
+        if (token := self.runner.next_token_in) is not None:
+            wait = min(wait, token)
+        deadline = time.monotonic() + wait
         while not self.stopping and (left := deadline - time.monotonic()) > 0:
             if self.waker.wait(timedelta(seconds=min(left, 1.0))).topics:
                 return

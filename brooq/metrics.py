@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from brooq.engine.inspection import Inspection, TopicStateCount
+from brooq.engine.inspection import Inspection, TopicRate, TopicStateCount
 from brooq.osproc import no_fork
 from brooq.vocabulary.state import State
 
@@ -176,6 +176,11 @@ class Metrics:
         self.retention_deleted = counter(
             "brooq_retention_deleted_total", "Terminal rows deleted by retention.", "topic"
         )
+        self.rate_limited = counter(
+            "brooq_rate_limited_total",
+            "Claims a rate limit cut short (ready jobs left, no token for them).",
+            "topic",
+        )
         self.restarts = counter(
             "brooq_worker_restarts_total", "Worker processes replaced, by reason.", "reason"
         )
@@ -196,6 +201,7 @@ class Metrics:
                 self.lease_lost,
                 self.requeued,
                 self.retention_deleted,
+                self.rate_limited,
             ):
                 counter.labels(topic=topic)
             for outcome in OUTCOMES:
@@ -247,9 +253,10 @@ class WorkersCollector:
 
 
 class DatabaseCollector:
-    """``brooq_jobs`` and ``brooq_ready_oldest_age_seconds``, read at scrape time.
+    """``brooq_jobs``, ``brooq_ready_oldest_age_seconds`` and the rate limits' tokens, read
+    at scrape time.
 
-    Two grouped queries through the Inspection port (under its statement time
+    Three grouped queries through the Inspection port (under its statement time
     limit), cached for ``ttl_s`` so a burst of scrapes costs the database one
     read. Thread-safe: concurrent scrapes (the surface serves each in its own
     thread) wait at most ``wait_s`` for the one read in progress instead of each
@@ -261,7 +268,7 @@ class DatabaseCollector:
     ) -> None:
         self.inspection, self._topics = inspection, topics
         self.ttl_s, self.wait_s = ttl_s, wait_s
-        self._cached: tuple[float, list[TopicStateCount], dict[str, float]] | None = None
+        self._cached: tuple[float, Read] | None = None
         self._reading = threading.Lock()
 
     @property
@@ -269,13 +276,13 @@ class DatabaseCollector:
         """The topics served now (a reload may add some)."""
         return served(self._topics)
 
-    def _fresh(self) -> tuple[list[TopicStateCount], dict[str, float]] | None:
+    def _fresh(self) -> Read | None:
         cached = self._cached
         if cached is None or time.monotonic() - cached[0] > self.ttl_s:
             return None
-        return cached[1], cached[2]
+        return cached[1]
 
-    def _values(self) -> tuple[list[TopicStateCount], dict[str, float]]:
+    def _values(self) -> Read:
         if (values := self._fresh()) is not None:
             return values
         if not self._reading.acquire(timeout=self.wait_s):
@@ -283,18 +290,22 @@ class DatabaseCollector:
         try:
             if (values := self._fresh()) is None:
                 with no_fork():
-                    values = self.inspection.depth(), self.inspection.oldest_ready()
-                self._cached = (time.monotonic(), *values)
+                    values = (
+                        self.inspection.depth(),
+                        self.inspection.oldest_ready(),
+                        self.inspection.rate_limits(),
+                    )
+                self._cached = (time.monotonic(), values)
             return values
         finally:
             self._reading.release()
 
     def collect(self) -> Iterator[Any]:
-        """Yield the two gauge families; nothing when the database is unreachable."""
+        """Yield the gauge families; nothing when the database is unreachable."""
         from prometheus_client.core import GaugeMetricFamily
 
         try:
-            depth, oldest = self._values()
+            depth, oldest, rates = self._values()
         except Exception:
             return
         jobs = GaugeMetricFamily(
@@ -314,6 +325,33 @@ class DatabaseCollector:
             age.add_metric([topic], oldest.get(topic, 0.0))
         yield jobs
         yield age
+        yield from rate_families(rates)
+
+
+Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate]]
+"""What one database read of the collector holds."""
+
+
+def rate_families(rates: Sequence[TopicRate]) -> Iterator[Any]:
+    """``brooq_rate_tokens{topic}`` and ``brooq_rate_keys_waiting{topic}`` of every
+    rate-limited topic the database has a bucket for."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    tokens = GaugeMetricFamily(
+        "brooq_rate_tokens",
+        "Tokens the topic's rate limit bucket holds now (jobs without a rate_key).",
+        labels=["topic"],
+    )
+    waiting = GaugeMetricFamily(
+        "brooq_rate_keys_waiting",
+        "Keys (rate_key) of the topic whose bucket holds no whole token now.",
+        labels=["topic"],
+    )
+    for rate in rates:
+        tokens.add_metric([rate.topic], rate.tokens)
+        waiting.add_metric([rate.topic], rate.keys_waiting)
+    yield tokens
+    yield waiting
 
 
 def render(collectors: Sequence[Any], supervisor_pid: int) -> bytes:

@@ -155,7 +155,9 @@ class Queue:
 
         ``@queue.kind("email.send", max_attempts=5, attempt_timeout="1m")``.
         Fields: max_attempts, attempt_timeout, max_execution_timeout,
-        backoff_base, backoff_max, watchdog_grace.
+        backoff_base, backoff_max, watchdog_grace, max_running, rate_limit
+        (``"100/s"``, ``"30/m"``, ``"5/h"``) and rate_burst. Bad values raise
+        InvalidKindOptions here, at registration.
         """
         opts = KindOptions(**options)
 

@@ -1,4 +1,5 @@
-"""``brooq status``: depth and lag per topic, running jobs, recent deaths, schedules.
+"""``brooq status``: depth and lag per topic, rate limits, running jobs, recent deaths, the job
+table's partitions, schedules.
 
 Once, or redrawn every ``--watch`` seconds; as text or as JSON.
 """
@@ -89,12 +90,21 @@ def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[
         "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "depth": [asdict(row) for row in inspection.depth()],
         "oldest_ready_s": ready,
+        "rate_limits": [asdict(row) for row in inspection.rate_limits()],
         "running": [asdict(row) for row in inspection.running()],
         "dead_last_hour": [
             {**asdict(row), "updated_at": row.updated_at.isoformat()} for row in dead
         ],
         "dead_last_hour_total": inspection.count_dead(timedelta(hours=1)),
         **live_workers(inspection, ready),
+        "partitions": [
+            {
+                **asdict(p),
+                "starts": p.starts.isoformat() if p.starts else None,
+                "ends": p.ends.isoformat() if p.ends else None,
+            }
+            for p in inspection.partitions()
+        ],
     }
     if queue is not None:
         snap["schedules"] = schedules_table(queue)
@@ -159,11 +169,13 @@ def render(snap: dict[str, Any]) -> str:
     blocks = [
         f"brooq status at {snap['taken_at']}",
         render_depth(snap["depth"], snap["oldest_ready_s"]),
+        *([render_rates(snap["rate_limits"])] if snap.get("rate_limits") else []),
         render_running(snap["running"]),
         render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
         render_workers(
             snap["supervisors"], snap["unserved_topics"], snap.get("skipped_supervisors", [])
         ),
+        render_partitions(snap["partitions"]),
     ]
     if "schedules" in snap:
         blocks.append(render_schedules(snap["schedules"]))
@@ -195,6 +207,22 @@ def render_depth(rows: list[dict[str, Any]], oldest: dict[str, float]) -> str:
         cells = " ".join(f"{counts.get(s, 0):>10}" for s in STATES)
         ready = age(oldest[topic]) if topic in oldest else "—"
         lines.append(f"{safe(topic):<{width}} {cells}  {ready:>12}")
+    return "\n".join(lines)
+
+
+def render_rates(rows: list[dict[str, Any]]) -> str:
+    """Each rate-limited topic: its limit and burst, the tokens its own bucket holds now, its
+    keys' buckets in use and those with no token left."""
+    width = max(len("topic"), *(len(safe(r["topic"])) for r in rows))
+    lines = [
+        "rate limits:",
+        f"  {'topic':<{width}} {'limit':>9} {'burst':>7} {'tokens':>9} {'keys':>6} {'waiting':>7}",
+    ]
+    for r in rows:
+        lines.append(
+            f"  {safe(r['topic']):<{width}} {safe(r['limit']):>9} {r['burst']:>7} "
+            f"{r['tokens']:>9.1f} {r['keys']:>6} {r['keys_waiting']:>7}"
+        )
     return "\n".join(lines)
 
 
@@ -267,6 +295,41 @@ def render_workers(
         )
     lines += skipped_lines([SkippedRow(s["holder"], s["problem"]) for s in skipped or []])
     return "\n".join(lines)
+
+
+def render_partitions(rows: list[dict[str, Any]]) -> str:
+    """job's partitions: range (UTC), rows (the statistics' estimate) and size on disk."""
+
+    def at(text: str | None) -> str:
+        return (
+            datetime.fromisoformat(text).astimezone(UTC).strftime("%Y-%m-%d %H:%M") if text else ""
+        )
+
+    width = max([len("partition"), *(len(r["name"]) for r in rows)])
+    lines = [
+        f"partitions: {len(rows)} (rows are estimates)",
+        f"  {'partition':<{width}}  {'from (UTC)':<16}  {'to (UTC)':<16}"
+        f"  {'rows':>10}  {'size':>9}",
+    ]
+    for r in rows:
+        if r["default"]:
+            span = f"{'ids outside every range':<34}"
+        else:
+            span = f"{at(r['starts']) or 'the first':<16}  {at(r['ends']):<16}"
+        lines.append(
+            f"  {safe(r['name']):<{width}}  {span}  {r['rows']:>10}  {size(r['bytes']):>9}"
+        )
+    return "\n".join(lines)
+
+
+def size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps the number at least 1: ``8.0 KiB``."""
+    value, unit = float(n), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def schedules_table(queue: HasSchedules, now: datetime | None = None) -> list[dict[str, Any]]:

@@ -48,6 +48,22 @@ class DeadJob:
 
 
 @dataclass(frozen=True, slots=True)
+class TopicRate:
+    """A topic's rate limit as its claims last recorded it, and what its buckets hold now."""
+
+    topic: str
+    limit: str
+    """``"20/s"``: starts per second, minute or hour."""
+    burst: int
+    tokens: float
+    """Tokens the topic's own bucket holds (its jobs without a rate_key), fractions included."""
+    keys: int
+    """Keys (rate_key) whose bucket is in use: not full again yet."""
+    keys_waiting: int
+    """Keys whose bucket holds no whole token: their next job waits for the limit."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobRow:
     """One line of a job listing (last_error cut to a few hundred characters)."""
 
@@ -142,6 +158,22 @@ class Family:
     children_total: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """One partition of the job table: its range of creation times, its rows, its size."""
+
+    name: str
+    starts: datetime | None
+    """Where its range of ids starts, as a time (None: from the very first)."""
+    ends: datetime | None
+    """Where it ends (None for the default partition, which holds ids outside every range)."""
+    default: bool
+    rows: int
+    """The statistics' count of live rows: an estimate, never a scan."""
+    bytes: int
+    """Its size on disk, indexes included."""
+
+
 class Inspection(Protocol):
     """What operators read about the queue. Every call is one bounded query."""
 
@@ -163,6 +195,10 @@ class Inspection(Protocol):
 
     def count_dead(self, since: timedelta) -> int:
         """How many jobs went dead within ``since`` (a total, never capped)."""
+        ...
+
+    def rate_limits(self) -> list[TopicRate]:
+        """Every rate-limited topic a claim or a supervisor recorded, by topic."""
         ...
 
     def job(self, job_id: str) -> JobRecord:
@@ -192,6 +228,10 @@ class Inspection(Protocol):
 
     def throughput(self, since: timedelta) -> list[MinuteCount]:
         """Jobs done and dead per minute within ``since``, oldest minute first, gaps as 0."""
+        ...
+
+    def partitions(self) -> list[PartitionRow]:
+        """Every partition of the job table, oldest range first, the default one last."""
         ...
 
     def ping(self) -> None:

@@ -13,6 +13,7 @@ from brooq.vocabulary import (
     InvalidKindOptions,
     KindNotRegistered,
     KindOptions,
+    RateLimit,
     Topic,
 )
 
@@ -81,6 +82,10 @@ class Registry:
         if complete is None:
             complete = self._complete[topic] = self.get(topic).options.with_defaults(self._defaults)
         return complete
+
+    def rates(self) -> dict[str, RateLimit]:
+        """The rate limit of every topic that has one (its claims spend its tokens)."""
+        return {t: r for t in self.topics() if (r := self.options(t).rate_limit) is not None}
 
     def topics(self) -> list[str]:
         """Registered topics, sorted."""

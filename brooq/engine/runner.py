@@ -96,6 +96,9 @@ class SlotRunner:
         self.limits = {
             t: n for t in self.topics if t in kinds and (n := kinds.options(t).max_running)
         }
+        self.rates = {t: r for t, r in kinds.rates().items() if t in self.topics}
+        self.next_token_in: float | None = None
+        """After a claim the rate limit cut short: seconds until a token comes back."""
 
     @property
     def interrupts(self) -> InterruptScope:
@@ -104,10 +107,13 @@ class SlotRunner:
 
     def run_once(self) -> Attempted | None:
         """Claim and run one job; None when no job is ready."""
-        claimed = self.store.claim(self.holder, self.topics, self.lease, self.limits)
-        if claimed is None:
+        batch = self.store.claim_many(
+            self.holder, self.topics, self.lease, 1, self.limits, self.rates
+        )
+        self.next_token_in = batch.next_token_in()
+        if not batch:
             return None
-        return self.execute(claimed)
+        return self.execute(batch[0])
 
     def execute(self, claimed: Claimed) -> Attempted:
         """Run the handler of an already claimed job and settle its outcome."""

@@ -6,7 +6,7 @@ implements it for unit tests. One contract suite runs against both.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
@@ -17,6 +17,7 @@ from brooq.vocabulary import (
     Job,
     JobRecord,
     Parent,
+    RateLimit,
     Schedule,
     SettleHook,
     Workflow,
@@ -80,6 +81,25 @@ class Claimed:
         return payload
 
 
+class ClaimedBatch(list[Claimed]):
+    """What ``claim_many`` returns: the jobs claimed, best first, and what the rate limits did.
+
+    ``rate_limited`` maps each topic whose claim the rate limit cut short (a
+    key, or the topic, had ready jobs and no token left) to the seconds until
+    one of those keys has a token again.
+    """
+
+    def __init__(
+        self, claimed: Iterable[Claimed] = (), rate_limited: Mapping[str, float] | None = None
+    ) -> None:
+        super().__init__(claimed)
+        self.rate_limited: dict[str, float] = dict(rate_limited or {})
+
+    def next_token_in(self) -> float | None:
+        """Seconds until the first cut-short topic gets a token again (None: none was)."""
+        return min(self.rate_limited.values(), default=None)
+
+
 class TopicCount(NamedTuple):
     """How many rows of a topic a maintenance pass touched."""
 
@@ -98,6 +118,14 @@ class Requeued:
     def total(self) -> int:
         """Rows the pass touched."""
         return sum(n for _, n in self.pending) + sum(n for _, n in self.dead)
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedPartition:
+    """A partition retention dropped whole: its name and the rows it held (an estimate)."""
+
+    name: str
+    rows: int
 
 
 class Store(Protocol):
@@ -147,6 +175,7 @@ class Store(Protocol):
         topics: Sequence[str],
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
+        rates: Mapping[str, RateLimit] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` for ``holder`` (claim_many of one)."""
         ...
@@ -158,14 +187,24 @@ class Store(Protocol):
         lease: timedelta,
         limit: int,
         limits: Mapping[str, int] | None = None,
-    ) -> list[Claimed]:
+        rates: Mapping[str, RateLimit] | None = None,
+    ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics`` for ``holder``, charging one attempt each.
 
         Highest priority first, then ``available_at``, then enqueue order; the
         result is in that order. A topic in ``limits`` is claimed only while
         fewer than its limit of its jobs are processing (everywhere, not just
-        here), and never beyond it.
+        here), and never beyond it. A topic in ``rates`` is claimed only with
+        a token of its bucket (one per job's ``rate_key``, the topic's own for
+        jobs without one), on the store's clock: over any window of ``w``
+        seconds, the claims of one bucket never exceed ``burst + rate * w``.
+        Keys with tokens are served in claim order; keys without wait.
         """
+        ...
+
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full when missing), so that
+        operators read it before the first claim; the tokens are left as they are."""
         ...
 
     def settle(
@@ -198,11 +237,16 @@ class Store(Protocol):
         ...
 
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
-        """Return held jobs to ``pending`` giving back their attempt (shutdown, not failure)."""
+        """Return held jobs to ``pending`` giving back their attempt (shutdown, not failure).
+
+        Each released job gives its rate limit's token back to its bucket
+        (one that is full stays full).
+        """
         ...
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
-        """Give back, uncharged, every row ``holder`` holds whose id is not in ``known``."""
+        """Give back, uncharged, every row ``holder`` holds whose id is not in ``known``
+        (tokens included, as :meth:`release`)."""
         ...
 
     def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
@@ -215,6 +259,19 @@ class Store(Protocol):
 
     def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
         """Delete at most ``batch`` terminal rows last updated more than ``ttl`` ago."""
+        ...
+
+    def add_partitions(self, step: timedelta, ahead: timedelta, most: int) -> list[str]:
+        """Create the partitions that cover up to now + ``ahead``, ``step`` long, at most
+        ``most``; their names. Nothing when another host is at it or a lock is busy (the
+        next call goes on)."""
+        ...
+
+    def drop_partitions(self, ttl: timedelta, most: int) -> list[DroppedPartition]:
+        """Drop at most ``most`` partitions whose range ended more than ``ttl`` ago and whose
+        rows are all terminal and settled more than ``ttl`` ago, each with its rows'
+        idempotency keys in one transaction. A partition holding a live row stays; a busy
+        lock leaves it for the next call."""
         ...
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:

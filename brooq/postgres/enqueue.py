@@ -1,15 +1,23 @@
-"""Enqueue on a psycopg connection, inside whatever transaction it has open."""
+"""Enqueue on a psycopg connection, inside whatever transaction it has open.
+
+Idempotency keys live in ``job_key`` (the partitioned ``job`` cannot hold a
+unique index on them): the enqueue statement writes a job's key and the job
+together, and a duplicate comes back with the id and state of the job that
+holds the key. :func:`enqueue_steps` says which statements an enqueue runs,
+whatever runs them (:func:`enqueue_on`, :func:`enqueue_on_async`). Jobs with
+parents (``after``) and workflows take the same steps, after reading their
+parents' states (brooq.postgres.workflows).
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol
 
 import psycopg
 
 from brooq.postgres.sql import sql
-from brooq.postgres.workflows import enqueue_graph_on, enqueue_graph_on_async, nodes_of
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     EnqueueConflict,
@@ -21,77 +29,170 @@ from brooq.vocabulary import (
 )
 
 Row = tuple[Any, ...]
+Statement = tuple[str, dict[str, Any]]
+Steps = Generator[Statement, list[Row], list[Enqueued]]
+
+KEY_ROUNDS = 3
+"""How many times an enqueue tries again for keys freed while it ran (a dropped
+partition, an orphan key): more would mean keys flapping, which is an error."""
+
+
+class Batch(Protocol):
+    """What :func:`enqueue_steps` enqueues: jobs with ids, their statements, their keys."""
+
+    jobs: list[Job]
+    ids: list[str]
+
+    def statement(self, which: Sequence[int], notify: bool) -> Statement:
+        """The enqueue statement for jobs ``which``, and its parameters."""
+        ...
+
+    def key(self, i: int) -> tuple[str, str | None]:
+        """Job ``i``'s (topic, idempotency_key)."""
+        ...
+
+    def keys_of(self, which: Sequence[int]) -> dict[str, list[str]]:
+        """The (topic, key) pairs of jobs ``which``, as the key statements' two arrays."""
+        ...
+
+    def created_state(self, i: int) -> State:
+        """The state job ``i`` is written in."""
+        ...
 
 
 class PreparedBatch:
-    """Jobs encoded and given ids, ready for one enqueue statement."""
+    """Jobs encoded and given ids, ready for the enqueue statements."""
 
     def __init__(self, jobs: Sequence[Job], max_payload_bytes: int) -> None:
         self.jobs = list(jobs)
         self.ids = new_job_ids(len(self.jobs))
         self.payloads = [encode_payload(j.payload, max_bytes=max_payload_bytes) for j in self.jobs]
 
-    def params_one(self, notify: bool) -> dict[str, Any]:
-        """Parameters of ``enqueue_one`` for a batch of one."""
-        job = self.jobs[0]
+    def params_one(self, i: int, notify: bool) -> dict[str, Any]:
+        """Parameters of ``enqueue_one`` for job ``i``."""
+        job = self.jobs[i]
         return {
-            "id": self.ids[0],
+            "id": self.ids[i],
             "topic": job.topic,
-            "payload": self.payloads[0],
+            "payload": self.payloads[i],
             "key": job.idempotency_key,
             "available_at": job.available_at,
             "priority": job.priority,
+            "rate_key": job.rate_key,
             "notify": notify,
         }
 
-    def params_many(self, notify: bool) -> dict[str, Any]:
-        """Parameters of ``enqueue_many``: the jobs as one JSON array (payloads spliced in)."""
+    def params_many(self, which: Sequence[int], notify: bool) -> dict[str, Any]:
+        """Parameters of ``enqueue_many``: jobs ``which`` as one JSON array, payloads spliced in."""
         dumps = json.dumps
         topics: dict[str, str] = {}  # a batch has few topics: encode each once
-        rows = [
-            f'{{"id":"{job_id}","topic":'
-            f"{topics.get(job.topic) or topics.setdefault(job.topic, dumps(job.topic))},"
-            f'"payload":{payload},'
-            f'"key":{"null" if job.idempotency_key is None else dumps(job.idempotency_key)},'
-            f'"at":{dumps(job.available_at.isoformat()) if job.available_at else "null"},'
-            f'"priority":{job.priority}}}'
-            for job_id, job, payload in zip(self.ids, self.jobs, self.payloads, strict=True)
-        ]
+        rows = []
+        for i in which:
+            job = self.jobs[i]
+            topic = topics.get(job.topic) or topics.setdefault(job.topic, dumps(job.topic))
+            key = "null" if job.idempotency_key is None else dumps(job.idempotency_key)
+            at = dumps(job.available_at.isoformat()) if job.available_at else "null"
+            rows.append(
+                f'{{"id":"{self.ids[i]}","topic":{topic},"payload":{self.payloads[i]},'
+                f'"key":{key},"at":{at},"priority":{job.priority}{_rate_key_field(job)}}}'
+            )
         return {"jobs": "[" + ",".join(rows) + "]", "notify": notify}
 
-    def statement(self) -> str:
-        """The enqueue statement fitting this batch."""
-        return sql("enqueue_one") if len(self.jobs) == 1 else sql("enqueue_many")
+    def statement(self, which: Sequence[int], notify: bool) -> Statement:
+        """The enqueue statement for jobs ``which``, and its parameters."""
+        if len(which) == 1:
+            return sql("enqueue_one"), self.params_one(which[0], notify)
+        return sql("enqueue_many"), self.params_many(which, notify)
 
-    def params(self, notify: bool) -> dict[str, Any]:
-        """The parameters of :meth:`statement`."""
-        return self.params_one(notify) if len(self.jobs) == 1 else self.params_many(notify)
+    def key(self, i: int) -> tuple[str, str | None]:
+        """Job ``i``'s (topic, idempotency_key)."""
+        return self.jobs[i].topic, self.jobs[i].idempotency_key
 
-    def missing_keys(self, inserted: set[str]) -> dict[str, list[str]]:
-        """The (topic, key) pairs of jobs that were not inserted."""
-        topics, keys = [], []
-        for job_id, job in zip(self.ids, self.jobs, strict=True):
-            if job_id not in inserted and job.idempotency_key is not None:
-                topics.append(job.topic)
-                keys.append(job.idempotency_key)
-        return {"topics": topics, "keys": keys}
+    def keys_of(self, which: Sequence[int]) -> dict[str, list[str]]:
+        """The (topic, key) pairs of jobs ``which``, as the two arrays the key statements take."""
+        return keys_of(map(self.key, which))
 
-    def results(self, inserted: set[str], existing: Iterable[Row]) -> list[Enqueued]:
-        """One Enqueued per job, in order: created, or the id of the row that held the key."""
-        held = {(topic, key): (str(job_id), State(state)) for topic, key, job_id, state in existing}
-        out = []
-        for job_id, job in zip(self.ids, self.jobs, strict=True):
-            if job_id in inserted:
-                out.append(Enqueued(job_id, True))
-            elif (found := held.get((job.topic, job.idempotency_key))) is not None:
-                out.append(Enqueued(found[0], False, found[1]))
-            else:
-                raise EnqueueConflict(
-                    f"idempotency key {job.idempotency_key!r} of topic {job.topic!r} is held by a "
-                    "row this transaction cannot see (a concurrent or REPEATABLE READ "
-                    "transaction); retry the enqueue in a new transaction"
-                )
-        return out
+    def created_state(self, i: int) -> State:
+        """A job without parents is written pending."""
+        return State.PENDING
+
+
+def keys_of(pairs: Any) -> dict[str, list[str]]:
+    """(topic, key) pairs (keyless ones skipped) as the two arrays the key statements take."""
+    found = sorted({(t, k) for t, k in pairs if k is not None})
+    return {"topics": [t for t, _ in found], "keys": [k for _, k in found]}
+
+
+def _held(rows: list[Row]) -> dict[tuple[str, str], tuple[str, str | None]]:
+    """(topic, key) → (id, state) of the rows of a statement ending in ``held_keys``."""
+    return {(r[2], r[3]): (str(r[0]), r[4]) for r in rows if not r[1]}
+
+
+def enqueue_steps(batch: Batch, notify: bool) -> Steps:
+    """The statements of one enqueue: send each one's rows back; returns one Enqueued per job.
+
+    First the enqueue statement. A job it neither inserted nor found the holder of
+    (a key taken by a transaction that committed meanwhile, or a duplicate inside
+    the batch) is asked for again (``existing_keys``). A key whose job is gone is
+    freed (``free_orphan_keys``), and the jobs whose key was freed meanwhile are
+    enqueued again, at most KEY_ROUNDS times.
+    """
+    results: dict[int, Enqueued] = {}
+    todo = list(range(len(batch.jobs)))
+    for _ in range(KEY_ROUNDS):
+        rows = yield batch.statement(todo, notify)
+        created = {str(r[0]) for r in rows if r[1]}
+        todo = _settle(batch, todo, created, _held(rows), results)
+        if todo:
+            found = _held((yield sql("existing_keys"), batch.keys_of(todo)))
+            todo = _settle(batch, todo, set(), found, results)
+            orphans = [i for i in todo if batch.key(i) in found]  # held, by no job
+            if orphans:
+                yield sql("free_orphan_keys"), batch.keys_of(orphans)
+        if not todo:
+            return [results[i] for i in range(len(batch.jobs))]
+    job = batch.jobs[todo[0]]
+    raise EnqueueConflict(
+        f"idempotency key {job.idempotency_key!r} of topic {job.topic!r} is held by a row this "
+        "transaction cannot see (a concurrent or REPEATABLE READ transaction), or was freed "
+        "and taken again while this enqueue ran; retry the enqueue in a new transaction"
+    )
+
+
+def _settle(
+    batch: Batch,
+    which: list[int],
+    created: set[str],
+    held: dict[tuple[str, str], tuple[str, str | None]],
+    results: dict[int, Enqueued],
+) -> list[int]:
+    """Record the result of each job of ``which`` the rows decide; the others, in order."""
+    missing = []
+    for i in which:
+        job_id = batch.ids[i]
+        found = held.get(batch.key(i))  # type: ignore[arg-type]
+        if job_id in created:
+            results[i] = Enqueued(job_id, True, batch.created_state(i))
+        elif found is not None and found[1] is not None:
+            results[i] = Enqueued(found[0], False, State(found[1]))
+        else:
+            missing.append(i)
+    return missing
+
+
+def _rate_key_field(job: Job) -> str:
+    """The job's rate_key as a field of its JSON object (none when it has no key)."""
+    return "" if job.rate_key is None else f',"rate_key":{json.dumps(job.rate_key)}'
+
+
+def steps_for(jobs: Sequence[Job], notify: bool, max_payload_bytes: int) -> Steps:
+    """The steps of an enqueue of ``jobs``: with their parents' states first when some
+    have parents."""
+    if any(job.after_ids for job in jobs):
+        from brooq.postgres.workflows import graph_steps, nodes_of  # it builds on this module
+
+        return graph_steps(nodes_of(jobs), None, notify, max_payload_bytes)
+    return enqueue_steps(PreparedBatch(jobs, max_payload_bytes), notify)
 
 
 def _conflict() -> EnqueueConflict:
@@ -110,25 +211,26 @@ def enqueue_on(
 ) -> list[Enqueued]:
     """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open.
 
-    Nothing is committed here: the jobs become visible when the caller commits
-    and vanish if it rolls back. Jobs with parents (``after``) go with their edges
-    (brooq.postgres.workflows).
+    Nothing is committed here: the jobs (and their keys) become visible when
+    the caller commits and vanish if it rolls back.
     """
     if not jobs:
         return []
-    if any(job.after_ids for job in jobs):
-        return enqueue_graph_on(
-            conn, nodes_of(jobs), notify=notify, max_payload_bytes=max_payload_bytes
-        )
-    batch = PreparedBatch(jobs, max_payload_bytes)
+    return run_steps(conn, steps_for(jobs, notify, max_payload_bytes))
+
+
+def run_steps(conn: psycopg.Connection[Any], steps: Steps) -> list[Enqueued]:
+    """Run an enqueue's statements on ``conn``, in whatever transaction it has open."""
     try:
-        inserted = {str(r[0]) for r in conn.execute(batch.statement(), batch.params(notify))}
+        statement, params = next(steps)
+        while True:
+            cur = conn.execute(statement, params)
+            rows = cur.fetchall() if cur.description is not None else []
+            statement, params = steps.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
     except psycopg.errors.SerializationFailure as exc:
         raise _conflict() from exc
-    existing: list[Row] = []
-    if len(inserted) < len(batch.jobs):
-        existing = conn.execute(sql("existing_keys"), batch.missing_keys(inserted)).fetchall()
-    return batch.results(inserted, existing)
 
 
 async def enqueue_on_async(
@@ -141,18 +243,14 @@ async def enqueue_on_async(
     """:func:`enqueue_on` for an asyncio connection."""
     if not jobs:
         return []
-    if any(job.after_ids for job in jobs):
-        return await enqueue_graph_on_async(
-            aconn, nodes_of(jobs), notify=notify, max_payload_bytes=max_payload_bytes
-        )
-    batch = PreparedBatch(jobs, max_payload_bytes)
+    steps = steps_for(jobs, notify, max_payload_bytes)
     try:
-        cur = await aconn.execute(batch.statement(), batch.params(notify))
+        statement, params = next(steps)
+        while True:
+            cur = await aconn.execute(statement, params)
+            rows = await cur.fetchall() if cur.description is not None else []
+            statement, params = steps.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
     except psycopg.errors.SerializationFailure as exc:
         raise _conflict() from exc
-    inserted = {str(r[0]) for r in await cur.fetchall()}
-    existing: list[Row] = []
-    if len(inserted) < len(batch.jobs):
-        cur = await aconn.execute(sql("existing_keys"), batch.missing_keys(inserted))
-        existing = await cur.fetchall()
-    return batch.results(inserted, existing)

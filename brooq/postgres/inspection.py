@@ -19,10 +19,12 @@ from brooq.engine.inspection import (
     JobPage,
     JobRow,
     MinuteCount,
+    PartitionRow,
     RunningJob,
     SkippedRow,
     SupervisorRow,
     SupervisorRows,
+    TopicRate,
     TopicStateCount,
     WorkerSnapshot,
 )
@@ -99,6 +101,21 @@ class PostgresInspection:
             row = cur.execute(sql("count_dead"), {"since": since}).fetchone()
         return int(row["dead"]) if row else 0
 
+    def rate_limits(self) -> list[TopicRate]:
+        """Every rate-limited topic recorded in brooq_rate_limit, and its tokens now."""
+        with self._reading() as cur:
+            return [
+                TopicRate(
+                    topic=r["topic"],
+                    limit=rate_text(r["rate"], r["per_s"]),
+                    burst=r["burst"],
+                    tokens=round(r["tokens"], 3),
+                    keys=r["keys"],
+                    keys_waiting=r["keys_waiting"],
+                )
+                for r in cur.execute(sql("rate_limits"))
+            ]
+
     def job(self, job_id: str) -> JobRecord:
         """One job's whole row; JobNotFound when there is none."""
         try:
@@ -171,6 +188,21 @@ class PostgresInspection:
         with self._reading() as cur:
             return [MinuteCount(**r) for r in cur.execute(sql("throughput"), {"since": since})]
 
+    def partitions(self) -> list[PartitionRow]:
+        """Every partition of job, oldest range first, the default one last (catalog reads)."""
+        with self._reading() as cur:
+            return [
+                PartitionRow(
+                    name=r["name"],
+                    starts=r["starts"],
+                    ends=r["ends"],
+                    default=r["is_default"],
+                    rows=int(r["rows"]),
+                    bytes=int(r["bytes"]),
+                )
+                for r in cur.execute(sql("partitions"))
+            ]
+
     def ping(self) -> None:
         """Raise StoreUnavailable unless the database answers."""
         with self.connector.connection() as conn:
@@ -179,6 +211,12 @@ class PostgresInspection:
     def close(self) -> None:
         """Close the connection this inspection opened."""
         self.connector.close()
+
+
+def rate_text(rate: int, per_s: float) -> str:
+    """``20/s`` from a bucket's rate and interval (seconds)."""
+    unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(per_s)
+    return f"{rate}/{unit}" if unit else f"{rate}/{per_s:g}s"
 
 
 def _seconds(value: Any) -> float | None:

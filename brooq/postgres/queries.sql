@@ -152,56 +152,102 @@ edges_gone AS (
     DELETE FROM job_edge WHERE child_id IN (SELECT id FROM gone)
 )
 
+-- fragment: held_keys
+-- The rows of `wanted` (topic, idempotency_key) whose key a job holds: that job's id and
+-- state. A state NULL is a key whose job is gone without it (a row deleted by hand).
+SELECT held.job_id, false AS created, held.topic, held.idempotency_key, job.state
+FROM job_key AS held
+LEFT JOIN job ON job.id = held.job_id
+
 -- name: enqueue_one
--- One job. ON CONFLICT makes (topic, idempotency_key) idempotent; the caller
--- looks the existing row up when nothing comes back.
-WITH inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
-    VALUES (%(id)s, %(topic)s, %(payload)s::jsonb, %(key)s, COALESCE(%(available_at)s, now()),
-            %(priority)s)
-    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+-- One job. Its key goes into job_key first (ON CONFLICT: a key is held once); the job is
+-- inserted only when it has no key or its key went in. A key held before this statement
+-- comes back with its job's id and state; one taken by a transaction that committed
+-- meanwhile comes back from nowhere here, and the caller asks again (existing_keys).
+WITH keyed AS (
+    INSERT INTO job_key (topic, idempotency_key, job_id)
+    SELECT %(topic)s::text, %(key)s::text, %(id)s::uuid WHERE %(key)s::text IS NOT NULL
+    ON CONFLICT (topic, idempotency_key) DO NOTHING
+    RETURNING job_id
+), inserted AS (
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key)
+    SELECT %(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
+           COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
+           %(rate_key)s::text
+    WHERE %(key)s::text IS NULL OR EXISTS (SELECT FROM keyed)
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
 )
-SELECT id FROM inserted
+SELECT id, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
+UNION ALL
+{{held_keys}}
+WHERE held.topic = %(topic)s::text AND held.idempotency_key = %(key)s::text
+  AND NOT EXISTS (SELECT FROM keyed)
 
 -- name: enqueue_many
--- Many jobs from one JSON array parameter: PostgreSQL parses it faster than
--- the client can adapt six parameter arrays.
-WITH inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority)
-    SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority
-    FROM jsonb_to_recordset(%(jobs)s::jsonb)
-         AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint)
-    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+-- Many jobs from one JSON array parameter (PostgreSQL parses it faster than the client
+-- can adapt six parameter arrays), keyed as enqueue_one keys one.
+WITH input AS (
+    SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
+        AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint,
+                 rate_key text)
+), keyed AS (
+    INSERT INTO job_key (topic, idempotency_key, job_id)
+    SELECT topic, key, id FROM input WHERE key IS NOT NULL
+    ON CONFLICT (topic, idempotency_key) DO NOTHING
+    RETURNING job_id
+), inserted AS (
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key)
+    SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
+           rate_key
+    FROM input
+    WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM inserted) t
     WHERE %(notify)s
 )
-SELECT id FROM inserted
+SELECT id, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
+UNION ALL
+{{held_keys}}
+JOIN (SELECT DISTINCT topic, key FROM input
+      WHERE key IS NOT NULL AND id NOT IN (SELECT job_id FROM keyed)) AS wanted
+  ON held.topic = wanted.topic AND held.idempotency_key = wanted.key
 
 -- name: existing_keys
--- The rows that already held the idempotency keys an enqueue did not insert.
-SELECT job.topic, job.idempotency_key, job.id, job.state
-FROM job
+-- The jobs holding idempotency keys an enqueue did not insert, read anew (a statement of
+-- its own sees the keys of transactions that committed after the enqueue's began).
+{{held_keys}}
 JOIN unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_key)
-  USING (topic, idempotency_key)
+  ON held.topic = wanted.topic AND held.idempotency_key = wanted.idempotency_key
+
+-- name: free_orphan_keys
+-- Keys whose job is gone without them (a row deleted by hand, not by brooq): the key is
+-- free again, as it would be had the row left through brooq.
+DELETE FROM job_key AS held
+USING unnest(%(topics)s::text[], %(keys)s::text[]) AS wanted(topic, idempotency_key)
+WHERE held.topic = wanted.topic AND held.idempotency_key = wanted.idempotency_key
+  AND NOT EXISTS (SELECT FROM job WHERE job.id = held.job_id)
 
 -- name: claim_topic
--- Up to `limit` ready jobs of one topic: one scan of job_claim_idx.
+-- Up to `limit` ready jobs of one topic: one scan of job_claim_idx in each partition,
+-- merged in claim order. The rows are joined back by id (not `id = ANY(…)`, which no
+-- partition bound can prune), so each row's update reads the one partition that holds it;
+-- unnest() keeps the planner's guess at a few rows, so even a generic plan (a LIMIT it
+-- cannot see) joins by the primary key.
 UPDATE job
 SET {{claim_set}}
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE {{ready}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
-))
+)) AS picked (job_id)
+WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
 -- name: claim_topics
@@ -210,7 +256,7 @@ RETURNING {{claimed_columns}}
 -- by a head but not chosen are unlocked when the statement ends.
 UPDATE job
 SET {{claim_set}}
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT head.id
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
@@ -222,21 +268,23 @@ WHERE id = ANY(ARRAY(
     ) AS head
     ORDER BY head.priority DESC, head.available_at, head.id
     LIMIT %(limit)s
-))
+)) AS picked (job_id)
+WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
 -- name: lock_topic
--- Serialize the claims of one topic that has a max_running limit, until the
--- end of the transaction: SKIP LOCKED alone would let two claimers both see
--- room for one more. The claim runs as a separate statement after it, so its
--- snapshot includes every claim committed by the previous lock holder.
+-- Serialize the claims of one topic that has a max_running or a rate limit,
+-- until the end of the transaction: SKIP LOCKED alone would let two claimers
+-- both see room for one more (or both spend the same token). The claim runs as
+-- a separate statement after it, so its snapshot includes every claim
+-- committed by the previous lock holder.
 SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0))
 
 -- name: claim_topic_limited
 -- claim_topic, at most as many as the topic's max_running leaves room for.
 UPDATE job
 SET {{claim_set}}
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE {{ready}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
@@ -244,8 +292,136 @@ WHERE id = ANY(ARRAY(
         SELECT count(*) FROM job AS running
         WHERE running.state = 'processing' AND running.topic = %(topic)s)))
     FOR NO KEY UPDATE SKIP LOCKED
-))
+)) AS picked (job_id)
+WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
+
+-- fragment: bucket_deficit_us
+-- How far a bucket is from full, in whole microseconds of the database clock
+-- (0 for a missing row: a missing bucket is full).
+GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
+
+-- name: claim_topic_rated
+-- claim_topic within the topic's rate limit (and its max_running, when it has
+-- one), run after lock_topic in the same transaction: the buckets read here
+-- include every claim committed by the previous lock holder, and the clock is
+-- the database's, read once after the lock was granted.
+-- A bucket is GCRA's "full at" time: it holds burst - ceil(deficit * rate / per)
+-- tokens; n tokens push full_at to max(full_at, now) + ceil(n * per / rate).
+-- Keys (job.rate_key) each have a bucket: the distinct keys with claimable rows
+-- are walked on job_rate_key_idx (one short probe per key), the head of every
+-- key with tokens is taken, then the best of those heads, so a busy key never
+-- starves the others. Rows of keys whose bucket is full again are deleted.
+-- Returns the claimed rows and, on every row (one row of NULLs when none was
+-- claimed), wait_s: the seconds until a key that still has ready jobs but no
+-- token gets one (NULL: no key waits for the limit).
+WITH RECURSIVE clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS t
+), keys AS (
+    (SELECT rate_key FROM job
+     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
+     ORDER BY rate_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT next.rate_key FROM job AS next
+            WHERE next.topic = %(topic)s AND next.state IN ('pending', 'failed')
+              AND next.rate_key > keys.rate_key
+            ORDER BY next.rate_key
+            LIMIT 1)
+    FROM keys
+    WHERE keys.rate_key IS NOT NULL
+), buckets AS MATERIALIZED (
+    SELECT k.key, bucket.full_at,
+           GREATEST(0, %(burst)s - ceil({{bucket_deficit_us}} * %(rate)s / %(per_us)s))::int
+               AS tokens
+    FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys WHERE rate_key IS NOT NULL) AS k
+    CROSS JOIN clock
+    LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
+), keyed AS (
+    SELECT head.id, head.priority, head.available_at
+    FROM buckets AS b
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM job
+        WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+        ORDER BY {{claim_order}}
+        LIMIT LEAST(b.tokens, %(limit)s)
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS head
+    WHERE b.key <> '' AND b.tokens > 0
+), unkeyed AS (
+    SELECT id, priority, available_at FROM job
+    WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+    ORDER BY {{claim_order}}
+    LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+    FOR NO KEY UPDATE SKIP LOCKED
+), chosen AS (
+    SELECT id FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
+    ORDER BY priority DESC, available_at, id
+    LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
+               ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
+                   SELECT count(*) FROM job AS running
+                   WHERE running.state = 'processing' AND running.topic = %(topic)s)))
+          END
+), claimed AS (
+    UPDATE job
+    SET {{claim_set}}
+    FROM unnest(ARRAY(SELECT id FROM chosen)) AS picked (job_id)
+    WHERE job.id = picked.job_id
+    RETURNING {{claimed_columns}}, rate_key
+), used AS (
+    SELECT k.key, ceil(count(claimed.id) * %(per_us)s::numeric / %(rate)s)::bigint AS cost_us
+    FROM (SELECT '' AS key UNION SELECT rate_key FROM claimed WHERE rate_key IS NOT NULL) AS k
+    LEFT JOIN claimed ON COALESCE(claimed.rate_key, '') = k.key
+    GROUP BY k.key
+), spent AS (
+    INSERT INTO brooq_rate_limit AS bucket (topic, key, rate, per, burst, full_at)
+    SELECT %(topic)s, used.key, %(rate)s, %(per)s, %(burst)s,
+           clock.t + used.cost_us * interval '1 microsecond'
+    FROM used CROSS JOIN clock
+    ON CONFLICT (topic, key) DO UPDATE
+    SET full_at = GREATEST(bucket.full_at, (SELECT t FROM clock))
+                  + (SELECT cost_us FROM used WHERE used.key = EXCLUDED.key)
+                    * interval '1 microsecond',
+        rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst
+    WHERE EXCLUDED.full_at > (SELECT t FROM clock)
+       OR (bucket.rate, bucket.per, bucket.burst)
+          IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
+    RETURNING bucket.key, bucket.full_at
+), idle AS (
+    -- SKIP LOCKED: a bucket a release is refunding is left for the next claim.
+    DELETE FROM brooq_rate_limit AS bucket
+    WHERE (bucket.topic, bucket.key) IN (
+        SELECT topic, key FROM brooq_rate_limit, clock
+        WHERE topic = %(topic)s AND key <> '' AND full_at <= clock.t
+          AND key NOT IN (SELECT key FROM used)
+        FOR UPDATE OF brooq_rate_limit SKIP LOCKED)
+), waits AS (
+    SELECT min(EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at) - clock.t)
+               - floor((%(burst)s - 1) * %(per_us)s::numeric / %(rate)s) / 1000000)::float8
+               AS wait_s
+    FROM buckets AS b
+    CROSS JOIN clock
+    LEFT JOIN spent ON spent.key = b.key
+    WHERE %(burst)s - ceil(GREATEST(0, EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at)
+                                              - clock.t) * 1000000)
+                           * %(rate)s / %(per_us)s) < 1
+      AND CASE WHEN b.key = ''
+               THEN (SELECT id FROM job
+                     WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+                       AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
+                     ORDER BY {{claim_order}}
+                     LIMIT 1)
+               ELSE (SELECT id FROM job
+                     WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+                       AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
+                     ORDER BY {{claim_order}}
+                     LIMIT 1)
+          END IS NOT NULL
+)
+SELECT claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.expirations,
+       claimed.locked_until, claimed.priority, claimed.available_at, claimed.rate_key,
+       waits.wait_s
+FROM waits LEFT JOIN claimed ON true
 
 -- name: settle
 -- Write the outcome of one attempt, if this holder still holds this attempt,
@@ -308,24 +484,45 @@ SET locked_until = now() + %(lease)s
 {{held_by_tickets}}
 RETURNING job.id, job.locked_until
 
+-- fragment: refund_tokens
+-- Jobs given back unstarted give back the tokens their claims took from a rate
+-- limit's bucket: its full_at moves back by their time, rounded down (never
+-- more than the claim took). A full or missing bucket stays full.
+refunded AS (
+    UPDATE brooq_rate_limit AS bucket
+    SET full_at = bucket.full_at
+                  - floor(gone.n * EXTRACT(EPOCH FROM bucket.per) * 1000000 / bucket.rate)::bigint
+                    * interval '1 microsecond'
+    FROM (SELECT topic, COALESCE(rate_key, '') AS key, count(*) AS n
+          FROM released GROUP BY 1, 2) AS gone
+    WHERE bucket.topic = gone.topic AND bucket.key = gone.key
+      AND bucket.full_at > clock_timestamp()
+)
+
 -- name: release
 -- Give jobs back without charging their attempt: they did not run, or the
 -- supervisor stopped their handlers (shutdown), not the jobs' own fault.
-UPDATE job
-SET state = 'pending', attempts = GREATEST(job.attempts - 1, job.expirations),
-    locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
-{{held_by_tickets}}
-RETURNING job.id
+WITH released AS (
+    UPDATE job
+    SET state = 'pending', attempts = GREATEST(job.attempts - 1, job.expirations),
+        locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
+    {{held_by_tickets}}
+    RETURNING job.id, job.topic, job.rate_key
+), {{refund_tokens}}
+SELECT id FROM released
 
 -- name: release_unknown
 -- After a round trip whose answer was lost (the connection broke mid-claim),
 -- rows this holder claimed but never heard of are given back, uncharged. The
 -- holder is unique per process start, so no other process's rows match.
-UPDATE job
-SET state = 'pending', attempts = GREATEST(attempts - 1, expirations),
-    locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
-WHERE state = 'processing' AND locked_by = %(holder)s AND NOT (id = ANY(%(known)s::uuid[]))
-RETURNING id
+WITH released AS (
+    UPDATE job
+    SET state = 'pending', attempts = GREATEST(attempts - 1, expirations),
+        locked_by = NULL, locked_until = NULL, available_at = now(), updated_at = now()
+    WHERE state = 'processing' AND locked_by = %(holder)s AND NOT (id = ANY(%(known)s::uuid[]))
+    RETURNING id, topic, rate_key
+), {{refund_tokens}}
+SELECT id FROM released
 
 -- name: requeue_expired
 -- The reaper: a lease ran out (the holder's host or supervisor died). Not a
@@ -348,13 +545,14 @@ SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_exp
     locked_by = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
                      THEN locked_by END,
     locked_until = NULL, available_at = now(), updated_at = now()
-WHERE id = ANY(ARRAY(
+FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE state = 'processing' AND locked_until < now()
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR NO KEY UPDATE SKIP LOCKED
-)) AND state = 'processing' AND locked_until < now()
+)) AS picked (job_id)
+WHERE job.id = picked.job_id AND state = 'processing' AND locked_until < now()
 RETURNING id, topic, state
 ), ended AS (
     SELECT id, state FROM reaped WHERE state = 'dead'
@@ -362,21 +560,33 @@ RETURNING id, topic, state
 SELECT topic, state FROM reaped
 WHERE {{resolve_forced}}
 
+-- fragment: keys_gone
+-- The idempotency keys of the rows a `gone` CTE deleted leave with them (data-modifying
+-- CTEs always run, read or not): a key is held exactly as long as its row exists.
+keys_gone AS (
+    DELETE FROM job_key AS held
+    USING gone
+    WHERE held.topic = gone.topic AND held.idempotency_key = gone.idempotency_key
+      AND held.job_id = gone.id
+)
+
 -- name: delete_terminal
--- Retention: one batch of terminal rows older than the TTL, oldest first, and their
--- edges. A parent whose children have not ended stays (they may read its result).
+-- Retention, row by row: one batch of terminal rows older than the TTL, oldest first,
+-- their keys and their edges. (Whole partitions go with brooq_job_drop_partition.) A
+-- parent whose children have not ended stays (they may read its result).
 WITH gone AS (
     DELETE FROM job
-    WHERE id IN (
+    USING unnest(ARRAY(
         SELECT id FROM job
         WHERE state IN ('done', 'dead', 'canceled') AND updated_at < now() - %(ttl)s
           AND NOT {{waited_for}}
         ORDER BY updated_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
-    )
-    RETURNING id, topic
-), {{edges_gone}}
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id
+    RETURNING id, topic, idempotency_key
+), {{keys_gone}}, {{edges_gone}}
 SELECT topic FROM gone
 
 -- name: cancel
@@ -401,15 +611,20 @@ SELECT id FROM canceled
 -- The fate of a job: one SELECT. The payload comes as text: Python may not decode it.
 SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry_streak,
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
-       last_traceback, created_at, updated_at, result::text AS result, workflow_id,
+       last_traceback, created_at, updated_at, result::text AS result, rate_key, workflow_id,
        parents_left, if_parent_fails
 FROM job
 WHERE id = %(id)s
 
 -- name: last_scheduled_run
--- When the latest run of a periodic schedule was enqueued (its available_at).
-SELECT max(available_at) FROM job
-WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+-- When the latest run of a periodic schedule was enqueued (its available_at): the schedule's
+-- runs are the jobs whose keys start with its prefix (job_key's index, by topic).
+SELECT max(job.available_at)
+FROM unnest(ARRAY(
+    SELECT job_id FROM job_key
+    WHERE topic = %(topic)s AND idempotency_key LIKE %(key_prefix)s
+)) AS run (job_id)
+JOIN job ON job.id = run.job_id
 
 -- name: listen_jobs
 LISTEN brooq_job
@@ -460,6 +675,37 @@ SELECT id, topic, locked_by, attempts, expirations,
 FROM job
 WHERE state = 'processing'
 ORDER BY locked_until
+
+-- name: rate_limits
+-- Each topic's rate limit as its claims last wrote it; the tokens its own bucket holds
+-- now (fractions included), and its keys' buckets in use (not full) and those holding
+-- no whole token.
+SELECT t.topic, t.rate, EXTRACT(EPOCH FROM t.per)::float8 AS per_s, t.burst,
+       GREATEST(0, t.burst - GREATEST(0, EXTRACT(EPOCH FROM t.full_at - clock_timestamp()))
+                             * t.rate / EXTRACT(EPOCH FROM t.per))::float8 AS tokens,
+       count(k.key)::int AS keys,
+       (count(k.key) FILTER (
+           WHERE k.burst - ceil(EXTRACT(EPOCH FROM k.full_at - clock_timestamp()) * k.rate
+                                / EXTRACT(EPOCH FROM k.per)) < 1))::int AS keys_waiting
+FROM brooq_rate_limit AS t
+LEFT JOIN brooq_rate_limit AS k
+       ON k.topic = t.topic AND k.key <> '' AND k.full_at > clock_timestamp()
+WHERE t.key = ''
+GROUP BY t.topic, t.rate, t.per, t.burst, t.full_at
+ORDER BY t.topic
+
+-- name: declare_rates
+-- The rate limits a supervisor serves, written into their topics' buckets before any
+-- claim (a missing bucket is created full), so operators see them from the start.
+INSERT INTO brooq_rate_limit AS bucket (topic, key, rate, per, burst, full_at)
+SELECT topic, '', rate, per, burst, now()
+FROM unnest(%(topics)s::text[], %(rates)s::int[], %(pers)s::interval[], %(bursts)s::int[])
+     AS declared(topic, rate, per, burst)
+ORDER BY topic
+ON CONFLICT (topic, key) DO UPDATE
+SET rate = EXCLUDED.rate, per = EXCLUDED.per, burst = EXCLUDED.burst
+WHERE (bucket.rate, bucket.per, bucket.burst)
+      IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
 
 -- name: recent_dead
 -- Jobs that went dead recently, newest first (capped), and their total.
@@ -583,19 +829,21 @@ WHERE {{resolve_forced}}
 
 -- name: purge_jobs
 -- One batch of an operator's purge: terminal rows only, whatever the filter says, and
--- their edges; a parent whose children have not ended stays, as with retention.
+-- their keys and their edges; a parent whose children have not ended stays, as with
+-- retention.
 WITH gone AS (
     DELETE FROM job
-    WHERE id IN (
+    USING unnest(ARRAY(
         SELECT id FROM job
         WHERE {{job_filter}} AND state IN ('done', 'dead', 'canceled') AND NOT {{waited_for}}
         ORDER BY updated_at
         LIMIT %(batch)s
         FOR UPDATE SKIP LOCKED
-    ) AND state IN ('done', 'dead', 'canceled')
-    RETURNING id
-), {{edges_gone}}
-SELECT count(*) AS purged FROM gone
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id AND state IN ('done', 'dead', 'canceled')
+    RETURNING id, topic, idempotency_key
+), {{keys_gone}}, {{edges_gone}}
+SELECT count(*) FROM gone
 
 -- name: throughput
 -- Jobs that reached done or dead per minute, over a window (zeros included).
@@ -653,7 +901,8 @@ SELECT current_setting('max_connections')::int AS max_connections,
 
 -- name: schema_facts
 -- What the migrations left in the catalog (brooq/postgres/schema.py names what each
--- migration leaves): brooq's relations next to job, job's columns, its storage options, and
+-- migration leaves): brooq's relations next to job, job's columns, its storage options (a
+-- partitioned table holds none: its partitions' are read), and
 -- whether brooq migrate's bookkeeping is readable. The catalog is readable by every role.
 WITH job AS (SELECT c.oid, c.relnamespace, c.reloptions FROM pg_class c
              WHERE c.oid = to_regclass('job'))
@@ -665,8 +914,10 @@ SELECT 'column:' || a.attname
 FROM pg_attribute a JOIN job ON a.attrelid = job.oid
 WHERE a.attnum > 0 AND NOT a.attisdropped
 UNION ALL
-SELECT 'option:' || split_part(o, '=', 1)
-FROM job, unnest(job.reloptions) AS o
+SELECT DISTINCT 'option:' || split_part(o, '=', 1)
+FROM job, pg_class c, unnest(c.reloptions) AS o
+WHERE c.oid = job.oid
+   OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = job.oid)
 UNION ALL
 SELECT 'readable:_yoyo_migration'
 WHERE has_table_privilege(to_regclass('_yoyo_migration'), 'SELECT')
@@ -682,7 +933,8 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- name: tables_without_dml
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
-SELECT t FROM unnest(ARRAY['job', 'job_edge', 'brooq_supervisor']) AS t
+SELECT t FROM unnest(ARRAY['job', 'job_key', 'job_edge', 'brooq_supervisor', 'brooq_rate_limit'])
+    AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')
@@ -700,20 +952,26 @@ SELECT id, state FROM job WHERE id = ANY(%(ids)s::uuid[])
 -- Jobs with parents (Job(after=…), a workflow), as brooq.engine.edges planned them: each
 -- with its state (waiting; pending when every parent had ended; canceled by its policy),
 -- its parents left, and its edges (parent_state set for a parent that had ended, or is
--- missing). Edges go in with the child they belong to, in the same statement; a child
--- whose idempotency key was taken is not inserted, and neither are its edges.
+-- missing); keyed as enqueue_many keys its jobs. Edges go in with the child they belong
+-- to, in the same statement: a child whose idempotency key was taken is not inserted,
+-- and neither are its edges.
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
         AS input(id uuid, topic text, payload jsonb, key text, at timestamptz,
-                 priority smallint, state text, workflow uuid, policy text,
+                 priority smallint, rate_key text, state text, workflow uuid, policy text,
                  parents_left int, error text)
+), keyed AS (
+    INSERT INTO job_key (topic, idempotency_key, job_id)
+    SELECT topic, key, id FROM input WHERE key IS NOT NULL
+    ON CONFLICT (topic, idempotency_key) DO NOTHING
+    RETURNING job_id
 ), inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, state,
-                     workflow_id, if_parent_fails, parents_left, last_error)
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
+                     state, workflow_id, if_parent_fails, parents_left, last_error)
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           state, workflow, policy, parents_left, error
+           rate_key, state, workflow, policy, parents_left, error
     FROM input
-    ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic, state
 ), edges AS (
     INSERT INTO job_edge (parent_id, child_id, parent_state)
@@ -725,8 +983,13 @@ WITH input AS (
     FROM (SELECT DISTINCT topic FROM inserted WHERE state = 'pending') AS t
     WHERE %(notify)s
 )
-SELECT id FROM inserted
+SELECT id, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
+UNION ALL
+{{held_keys}}
+JOIN (SELECT DISTINCT topic, key FROM input
+      WHERE key IS NOT NULL AND id NOT IN (SELECT job_id FROM keyed)) AS wanted
+  ON held.topic = wanted.topic AND held.idempotency_key = wanted.key
 
 -- name: parents
 -- What a child sees of its parents (claim.parents): each one's state now and result; a
@@ -812,3 +1075,61 @@ WITH RECURSIVE unresolved AS (
 ), {{resolve_children}}
 SELECT count(*) AS resolved FROM resolved
 WHERE {{resolve_forced}}
+
+-- fragment: job_partitions
+-- job's partitions and their ranges of ids: lo NULL is from the start (MINVALUE); the
+-- default partition (is_default) has neither bound.
+SELECT c.oid, c.oid::regclass::text AS name,
+       substring(pg_get_expr(c.relpartbound, c.oid) FROM 'FROM \(''([0-9a-f-]+)''\)')::uuid AS lo,
+       substring(pg_get_expr(c.relpartbound, c.oid) FROM 'TO \(''([0-9a-f-]+)''\)')::uuid AS hi,
+       pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT' AS is_default
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = 'job'::regclass
+
+-- name: add_partitions
+-- Partitions ahead, up to now + `ahead`, in steps of `step` (see 0009.job-partitions.sql):
+-- the names created; none when another host is at it.
+SELECT brooq_job_create_partitions(%(step)s, now() + %(ahead)s, %(most)s)
+
+-- name: partitions_past_ttl
+-- Partitions whose whole range ended more than the TTL ago and that hold no live row (a
+-- waiting one included), no row settled within the TTL, and no parent of a child that has
+-- not ended, oldest first: what retention may drop. Each look is one index probe of the
+-- partition (pruned by its id range), or of job_edge by parent; brooq_job_drop_partition
+-- looks again under its lock.
+WITH part AS ({{job_partitions}})
+SELECT part.name FROM part
+WHERE part.hi <= brooq_job_bound(now() - %(ttl)s)
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state IN ('pending', 'failed'))
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state = 'processing')
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state = 'waiting')
+  AND NOT EXISTS (SELECT FROM job_edge AS e JOIN job AS c ON c.id = e.child_id
+                  WHERE e.parent_id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND e.parent_id < part.hi AND c.state NOT IN ('done', 'dead', 'canceled'))
+  AND NOT EXISTS (SELECT FROM job
+                  WHERE job.id >= COALESCE(part.lo, '00000000-0000-0000-0000-000000000000')
+                    AND job.id < part.hi AND job.state IN ('done', 'dead', 'canceled')
+                    AND job.updated_at >= now() - %(ttl)s)
+ORDER BY part.hi
+LIMIT %(most)s
+
+-- name: drop_partition
+-- One partition and its rows' keys, if it may go (see 0009.job-partitions.sql): the rows it
+-- held (an estimate), or NULL when it stays.
+SELECT brooq_job_drop_partition(%(name)s::regclass, %(ttl)s)
+
+-- name: partitions
+-- Every partition of job: its range as times, its rows (the statistics' count, an
+-- estimate) and its size on disk. Oldest range first, the default partition last.
+WITH part AS ({{job_partitions}})
+SELECT part.name, brooq_job_time(part.lo) AS starts, brooq_job_time(part.hi) AS ends,
+       part.is_default, COALESCE(s.n_live_tup, 0) AS rows,
+       pg_total_relation_size(part.oid) AS bytes
+FROM part LEFT JOIN pg_stat_user_tables s ON s.relid = part.oid
+ORDER BY part.is_default, part.lo NULLS FIRST

@@ -17,14 +17,17 @@ from brooq import __version__
 
 MARKS = {
     "0001.job": "relation:job",
-    "0002.job-indexes": "relation:job_idempotency_idx",
+    # job_idempotency_idx, its first mark, is replaced by job_key in 0009.
+    "0002.job-indexes": "relation:job_terminal_idx",
     "0003.job-autovacuum": "option:autovacuum_vacuum_scale_factor",
     "0004.job-priority": "column:priority",
     "0005.job-expirations": "column:expirations",
     "0006.job-last-traceback": "column:last_traceback",
     "0007.supervisor": "relation:brooq_supervisor",
     "0008.job-expiry-streak": "column:expiry_streak",
+    "0009.job-partitions": "relation:job_key",
     "0010.job-result": "column:result",
+    "0011.rate-limit": "relation:brooq_rate_limit",
     "0012.job-workflows": "relation:job_edge",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""

@@ -3,57 +3,53 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal, TypeGuard
 
 import psycopg
-from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
 
 from brooq.engine.outcome import Outcome, SettleKind, clean_reason
 from brooq.engine.results import wait_for_result_async
-from brooq.engine.store import Claimed, Requeued, SettleHookFailed, Ticket, TopicCount
+from brooq.engine.store import (
+    Claimed,
+    ClaimedBatch,
+    SettleHookFailed,
+    Ticket,
+)
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
+from brooq.postgres.limited import claim_limited
 from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
 from brooq.postgres.rows import (
-    Row,
     claimed_rows,
     hidden,
-    like_prefix,
     outcomes_json,
     passwords_of,
     record,
     settle_params,
     ticket_arrays,
-    topic_counts,
 )
 from brooq.postgres.sql import sql
-from brooq.postgres.workflows import enqueue_workflow_on, parents_on
+from brooq.postgres.upkeep import PostgresUpkeep, retrying
+from brooq.postgres.workflows import PostgresWorkflows
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
-    InvalidJob,
     Job,
     JobNotFound,
     JobRecord,
-    Parent,
-    Schedule,
+    RateLimit,
     SettleHook,
-    Workflow,
     parse_job_id,
 )
 
 __all__ = ["PostgresStore", "is_database_source"]
 
-DEADLOCK_RETRIES = 5
 
-
-class PostgresStore:
+class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     """The Store port over PostgreSQL. The only place brooq writes jobs with SQL.
 
     ``source`` is a DSN (one lazily opened connection), a psycopg_pool
@@ -122,33 +118,6 @@ class PostgresStore:
                 own, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
             )
 
-    def enqueue_workflow(self, workflow: Workflow, conn: Any = None) -> list[Enqueued]:
-        """Write the workflow's jobs and edges in one statement; in ``conn``'s transaction
-        when given. One Enqueued per job, in the order they were added."""
-        if conn is not None:
-            return enqueue_workflow_on(conn, workflow, self.notify, self.max_payload_bytes)
-        with self.connector.connection() as own:
-            return enqueue_workflow_on(own, workflow, self.notify, self.max_payload_bytes)
-
-    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
-        """Cancel every job of the workflow that has not ended, in one statement; how many."""
-        try:
-            key = parse_job_id(workflow_id)
-        except ValueError as exc:
-            raise InvalidJob(f"workflow id: {exc}") from None
-        params = {"workflow": key, "reason": None if reason is None else clean_reason(reason)}
-        return int(self._retrying(sql("cancel_workflow"), params)[0][0])
-
-    def parents(self, job_id: str) -> dict[str, Parent]:
-        """What the job sees of its parents: id → Parent(state, result)."""
-        key = self._key(job_id)
-        with self.connector.connection() as conn:
-            return parents_on(conn, key)
-
-    def resolve_stranded(self, batch: int = 1000) -> int:
-        """The reaper's safety net for edges (queries.sql ``resolve_stranded``); how many."""
-        return int(self._retrying(sql("resolve_stranded"), {"batch": batch})[0][0])
-
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
         """Insert jobs on an asyncio connection, in its open transaction."""
         return await enqueue_on_async(
@@ -161,9 +130,10 @@ class PostgresStore:
         topics: Sequence[str],
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
+        rates: Mapping[str, RateLimit] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` (see claim_many)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -173,27 +143,29 @@ class PostgresStore:
         lease: timedelta,
         limit: int,
         limits: Mapping[str, int] | None = None,
-    ) -> list[Claimed]:
+        rates: Mapping[str, RateLimit] | None = None,
+    ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics``: one guarded statement, SKIP LOCKED.
 
-        Topics in ``limits`` (max_running) are claimed under a per-topic
-        transaction lock, so the cap holds across every host. Free and capped
-        topics take turns to go first, so neither group starves the other.
+        Topics in ``limits`` (max_running) or ``rates`` (rate_limit) are
+        claimed under a per-topic transaction lock, so the cap and the rate
+        hold across every host. Free and limited topics take turns to go
+        first, so neither group starves the other.
         """
-        caps = limits or {}
-        free = [t for t in topics if t not in caps]
-        capped = [t for t in topics if t in caps]
+        caps, rated = limits or {}, rates or {}
+        free = [t for t in topics if t not in caps and t not in rated]
+        capped = [t for t in topics if t in caps or t in rated]
         self._turn = not self._turn
-        out: list[Claimed] = []
+        out = ClaimedBatch()
         for group in [free, capped] if self._turn else [capped, free]:
             if group and len(out) < limit:
                 take = limit - len(out)
-                got = (
-                    self._claim_capped(holder, group, lease, take, caps)
-                    if group is capped
-                    else self._claim_free(holder, group, lease, take)
-                )
-                out.extend(got)
+                if group is capped:
+                    self._claim_capped(out, holder, group, lease, take, caps, rated)
+                else:
+                    out.extend(self._claim_free(holder, group, lease, take))
+        if len(out) >= limit:
+            out.rate_limited.clear()  # not cut short: whatever waits is for the next claim
         return out
 
     def _claim_free(
@@ -209,27 +181,43 @@ class PostgresStore:
 
     def _claim_capped(
         self,
+        out: ClaimedBatch,
         holder: str,
         topics: Sequence[str],
         lease: timedelta,
         limit: int,
         limits: Mapping[str, int],
-    ) -> list[Claimed]:
-        out: list[Claimed] = []
+        rates: Mapping[str, RateLimit],
+    ) -> None:
+        wanted = len(out) + limit
         for topic in topics:
-            if len(out) >= limit:
+            if len(out) >= wanted:
                 break
-            params = {
-                "holder": holder,
-                "lease": lease,
-                "topic": topic,
-                "limit": limit - len(out),
-                "max_running": limits[topic],
-            }
-            with self.connector.connection() as conn, conn.transaction():
-                conn.execute(sql("lock_topic"), {"topic": topic})
-                out.extend(claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder))
-        return out
+            claimed, wait = claim_limited(
+                self.connector,
+                holder,
+                topic,
+                lease,
+                wanted - len(out),
+                limits.get(topic),
+                rates.get(topic),
+            )
+            out.extend(claimed)
+            if wait is not None:
+                out.rate_limited[topic] = wait
+
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full), tokens untouched."""
+        if not rates:
+            return
+        topics = sorted(rates)
+        params = {
+            "topics": topics,
+            "rates": [rates[t].count for t in topics],
+            "pers": [rates[t].per for t in topics],
+            "bursts": [rates[t].burst for t in topics],
+        }
+        retrying(self.connector, sql("declare_rates"), params, fetch=False)
 
     def settle(
         self,
@@ -281,59 +269,27 @@ class PostgresStore:
         outcomes = outcomes_json([(t, hidden(o, self._secrets)) for t, o in settles])
         if outcomes == "[]":
             return set()
-        rows = self._retrying(sql("settle_many"), {"outcomes": outcomes})
+        rows = retrying(self.connector, sql("settle_many"), {"outcomes": outcomes})
         return {str(r[0]) for r in rows}
-
-    def _retrying(self, statement: str, params: dict[str, Any]) -> list[Row]:
-        with self.connector.connection() as conn:
-            # Inside a transaction (through PgBouncer the connector opens one per operation
-            # for its SET LOCAL), each try is a savepoint, so a deadlock victim can retry.
-            nested = conn.info.transaction_status != TransactionStatus.IDLE
-            for attempt in range(DEADLOCK_RETRIES):
-                try:
-                    with conn.transaction() if nested else contextlib.nullcontext():
-                        return conn.execute(statement, params).fetchall()
-                except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                    if attempt == DEADLOCK_RETRIES - 1:
-                        raise
-                    time.sleep(0.001 * (attempt + 1))
-        return []
 
     def heartbeat(self, tickets: Sequence[Ticket], lease: timedelta) -> set[str]:
         """Extend every lease still held, in one statement; return the ids extended."""
         if not tickets:
             return set()
         params = {"lease": lease, **ticket_arrays(sorted(tickets))}
-        return {str(r[0]) for r in self._retrying(sql("heartbeat"), params)}
+        return {str(r[0]) for r in retrying(self.connector, sql("heartbeat"), params)}
 
     def release(self, tickets: Sequence[Ticket]) -> set[str]:
         """Return held jobs to ``pending`` and give back the attempt; ids released."""
         if not tickets:
             return set()
         params = ticket_arrays(sorted(tickets))
-        return {str(r[0]) for r in self._retrying(sql("release"), params)}
+        return {str(r[0]) for r in retrying(self.connector, sql("release"), params)}
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
         """Give back, uncharged, the rows ``holder`` holds that are not in ``known``."""
         params = {"holder": holder, "known": list(known)}
-        return {str(r[0]) for r in self._retrying(sql("release_unknown"), params)}
-
-    def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
-        """The reaper's one statement: at most ``batch`` expired leases, attempts untouched."""
-        params = {"max_expirations": max_expirations, "batch": batch}
-        rows = self._retrying(sql("requeue_expired"), params)
-        return Requeued(
-            topic_counts(t for t, s in rows if s == "pending"),
-            topic_counts(t for t, s in rows if s == "dead"),
-        )
-
-    def delete_terminal(self, ttl: timedelta, batch: int) -> list[TopicCount]:
-        """Delete one batch of terminal rows older than ``ttl`` in its own transaction."""
-        if ttl <= timedelta(0):
-            raise ValueError("retention TTL must be positive; 0 disables retention")
-        with self.connector.connection() as conn, conn.transaction():
-            rows = conn.execute(sql("delete_terminal"), {"ttl": ttl, "batch": batch}).fetchall()
-        return topic_counts(r[0] for r in rows)
+        return {str(r[0]) for r in retrying(self.connector, sql("release_unknown"), params)}
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a non-terminal job (NOTIFY brooq_cancel); False when already terminal."""
@@ -355,13 +311,6 @@ class PostgresStore:
         if row is None:
             raise JobNotFound(f"no job with id {key}")
         return record(row)
-
-    def last_scheduled_run(self, schedule: Schedule) -> datetime | None:
-        """When the latest run of ``schedule`` still in the table was due."""
-        params = {"topic": schedule.topic, "key_prefix": like_prefix(schedule.key_prefix)}
-        with self.connector.connection() as conn:
-            row = conn.execute(sql("last_scheduled_run"), params).fetchone()
-        return row[0] if row else None
 
     @staticmethod
     def _key(job_id: str) -> str:

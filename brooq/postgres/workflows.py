@@ -13,11 +13,16 @@ import psycopg
 
 from brooq.engine.edges import Planned, enqueued_twice, outside, plan
 from brooq.engine.inspection import Family, Relative
+from brooq.engine.outcome import clean_reason
+from brooq.postgres.connect import Connector
+from brooq.postgres.enqueue import Statement, Steps, enqueue_steps, keys_of, run_steps
 from brooq.postgres.sql import sql
+from brooq.postgres.upkeep import retrying
 from brooq.vocabulary import (
-    EnqueueConflict,
     Enqueued,
+    InvalidJob,
     Job,
+    JobNotFound,
     Node,
     Parent,
     State,
@@ -25,6 +30,7 @@ from brooq.vocabulary import (
     decode_stored_payload,
     encode_payload,
     new_job_ids,
+    parse_job_id,
 )
 
 Row = tuple[Any, ...]
@@ -39,24 +45,16 @@ def nodes_of(jobs: Sequence[Job]) -> list[Node]:
     return [Node(i, job, job.after_ids) for i, job in zip(ids, jobs, strict=True)]
 
 
-def known_params(nodes: Sequence[Node]) -> dict[str, Any] | None:
-    """The ``parent_states`` parameters: the parents outside ``nodes`` (None: there are none)."""
-    ids = outside(nodes)
-    return {"ids": ids} if ids else None
-
-
-def known_states(rows: Sequence[Row]) -> dict[str, State]:
-    """The states of the ``parent_states`` rows."""
-    return {str(job_id): State(state) for job_id, state in rows}
-
-
 class GraphBatch:
-    """Planned jobs and their edges, as the parameters of ``enqueue_graph``."""
+    """Planned jobs and their edges, as ``enqueue_graph``'s parameters; keyed as
+    brooq.postgres.enqueue keys a plain batch (:func:`enqueue_steps` runs both)."""
 
-    def __init__(self, planned: list[Planned], max_payload_bytes: int, notify: bool) -> None:
+    def __init__(self, planned: list[Planned], max_payload_bytes: int) -> None:
         self.planned = planned
+        self.jobs = [p.job for p in planned]
+        self.ids = [p.id for p in planned]
         dumps = json.dumps
-        rows = []
+        self.rows = []
         for p in planned:
             job = p.job
             fields = {
@@ -65,6 +63,7 @@ class GraphBatch:
                 "key": job.idempotency_key,
                 "at": job.available_at.isoformat() if job.available_at else None,
                 "priority": job.priority,
+                "rate_key": job.rate_key,
                 "state": str(p.state),
                 "workflow": p.workflow_id,
                 "policy": p.policy,
@@ -72,107 +71,98 @@ class GraphBatch:
                 "error": p.reason,
             }
             payload = encode_payload(job.payload, max_bytes=max_payload_bytes)
-            rows.append(dumps(fields, ensure_ascii=False)[:-1] + f',"payload":{payload}}}')
-        edges = [
-            {"parent_id": parent, "child_id": p.id, "parent_state": end}
-            for p in planned
-            for parent, end in p.parents
-        ]
-        self.params = {"jobs": "[" + ",".join(rows) + "]", "edges": dumps(edges), "notify": notify}
+            self.rows.append(dumps(fields, ensure_ascii=False)[:-1] + f',"payload":{payload}}}')
+        self.edges = dumps(
+            [
+                {"parent_id": parent, "child_id": p.id, "parent_state": end}
+                for p in planned
+                for parent, end in p.parents
+            ]
+        )
 
-    def missing_keys(self, inserted: set[str]) -> dict[str, list[str]] | None:
-        """The ``existing_keys`` parameters for keyed jobs not inserted (None: there are none)."""
-        held = [p.job for p in self.planned if p.id not in inserted and p.job.idempotency_key]
-        if not held:
-            return None
-        return {"topics": [j.topic for j in held], "keys": [str(j.idempotency_key) for j in held]}
+    def statement(self, which: Sequence[int], notify: bool) -> Statement:
+        """``enqueue_graph`` for jobs ``which`` (an edge goes in with its child only)."""
+        jobs = "[" + ",".join(self.rows[i] for i in which) + "]"
+        return sql("enqueue_graph"), {"jobs": jobs, "edges": self.edges, "notify": notify}
 
-    def results(self, inserted: set[str], existing: Sequence[Row]) -> list[Enqueued]:
-        """One Enqueued per planned job, in order: created (with its state), or the row that
-        held its key."""
-        held = {(t, k): (str(i), State(s)) for t, k, i, s in existing}
-        out = []
-        for p in self.planned:
-            if p.id in inserted:
-                out.append(Enqueued(p.id, True, p.state))
-            elif (found := held.get((p.job.topic, p.job.idempotency_key))) is not None:
-                out.append(Enqueued(found[0], False, found[1]))
-            else:
-                raise EnqueueConflict(
-                    f"idempotency key {p.job.idempotency_key!r} of topic {p.job.topic!r} is "
-                    "held by a row this transaction cannot see; retry the enqueue in a new "
-                    "transaction"
-                )
-        return out
+    def key(self, i: int) -> tuple[str, str | None]:
+        """Job ``i``'s (topic, idempotency_key)."""
+        return self.jobs[i].topic, self.jobs[i].idempotency_key
+
+    def keys_of(self, which: Sequence[int]) -> dict[str, list[str]]:
+        """The (topic, key) pairs of jobs ``which``, as the key statements' two arrays."""
+        return keys_of(map(self.key, which))
+
+    def created_state(self, i: int) -> State:
+        """As planned: waiting, pending, or canceled by its policy."""
+        return self.planned[i].state
 
 
-def enqueue_graph_on(
-    conn: psycopg.Connection[Any],
-    nodes: Sequence[Node],
-    *,
-    workflow_id: str | None = None,
-    notify: bool = True,
-    max_payload_bytes: int,
-) -> list[Enqueued]:
-    """Write ``nodes`` (parents before children among them) and their edges on ``conn``, in
-    whatever transaction it has open: the parents' states read, the jobs planned, then one
-    statement. One Enqueued per node, in order."""
-    params = known_params(nodes)
-    known = known_states(conn.execute(sql("parent_states"), params).fetchall()) if params else {}
-    batch = GraphBatch(plan(nodes, known, workflow_id), max_payload_bytes, notify)
-    try:
-        inserted = {str(r[0]) for r in conn.execute(sql("enqueue_graph"), batch.params)}
-    except psycopg.errors.UniqueViolation as exc:
-        raise _duplicate(exc, workflow_id) from exc
-    keys = batch.missing_keys(inserted)
-    existing = conn.execute(sql("existing_keys"), keys).fetchall() if keys else []
-    return batch.results(inserted, existing)
+def graph_steps(
+    nodes: Sequence[Node], workflow_id: str | None, notify: bool, max_payload_bytes: int
+) -> Steps:
+    """The steps of an enqueue of ``nodes`` (parents before children among them): their
+    parents' states read, the jobs planned (brooq.engine.edges), then the keyed enqueue."""
+    known: dict[str, State] = {}
+    if ids := outside(nodes):
+        rows = yield sql("parent_states"), {"ids": ids}
+        known = {str(job_id): State(state) for job_id, state in rows}
+    batch = GraphBatch(plan(nodes, known, workflow_id), max_payload_bytes)
+    return (yield from enqueue_steps(batch, notify))
 
 
 def enqueue_workflow_on(
     conn: psycopg.Connection[Any], workflow: Workflow, notify: bool, max_payload_bytes: int
 ) -> list[Enqueued]:
-    """Write ``workflow`` on ``conn`` (:func:`enqueue_graph_on`); one Enqueued per job, in the
-    order they were added."""
+    """Write ``workflow`` on ``conn``, in whatever transaction it has open; one Enqueued per
+    job, in the order they were added. InvalidJob when it was enqueued before."""
     nodes = workflow.nodes()
-    done = enqueue_graph_on(
-        conn, nodes, workflow_id=workflow.id, notify=notify, max_payload_bytes=max_payload_bytes
-    )
+    try:
+        done = run_steps(conn, graph_steps(nodes, workflow.id, notify, max_payload_bytes))
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name == "job_pkey" or "job_pkey" in str(exc):
+            raise enqueued_twice(workflow.id) from exc
+        raise
     by_id = {n.id: e for n, e in zip(nodes, done, strict=True)}
     return [by_id[h.id] for h in workflow]
 
 
-async def enqueue_graph_on_async(
-    aconn: psycopg.AsyncConnection[Any],
-    nodes: Sequence[Node],
-    *,
-    workflow_id: str | None = None,
-    notify: bool = True,
-    max_payload_bytes: int,
-) -> list[Enqueued]:
-    """:func:`enqueue_graph_on` for an asyncio connection."""
-    known: dict[str, State] = {}
-    if (params := known_params(nodes)) is not None:
-        cur = await aconn.execute(sql("parent_states"), params)
-        known = known_states(await cur.fetchall())
-    batch = GraphBatch(plan(nodes, known, workflow_id), max_payload_bytes, notify)
-    try:
-        cur = await aconn.execute(sql("enqueue_graph"), batch.params)
-    except psycopg.errors.UniqueViolation as exc:
-        raise _duplicate(exc, workflow_id) from exc
-    inserted = {str(r[0]) for r in await cur.fetchall()}
-    existing: list[Row] = []
-    if (keys := batch.missing_keys(inserted)) is not None:
-        cur = await aconn.execute(sql("existing_keys"), keys)
-        existing = await cur.fetchall()
-    return batch.results(inserted, existing)
+class PostgresWorkflows:
+    """The workflows half of PostgresStore: what it adds to the Store port."""
 
+    connector: Connector
+    notify: bool
+    max_payload_bytes: int
 
-def _duplicate(exc: psycopg.errors.UniqueViolation, workflow_id: str | None) -> Exception:
-    """A job id taken already: only a workflow's ids are chosen before the enqueue."""
-    if workflow_id is not None and exc.diag.constraint_name == "job_pkey":
-        return enqueued_twice(workflow_id)
-    return exc
+    def enqueue_workflow(self, workflow: Workflow, conn: Any = None) -> list[Enqueued]:
+        """Write the workflow's jobs and edges in one statement; in ``conn``'s transaction
+        when given. One Enqueued per job, in the order they were added."""
+        if conn is not None:
+            return enqueue_workflow_on(conn, workflow, self.notify, self.max_payload_bytes)
+        with self.connector.connection() as own:
+            return enqueue_workflow_on(own, workflow, self.notify, self.max_payload_bytes)
+
+    def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
+        """Cancel every job of the workflow that has not ended, in one statement; how many."""
+        try:
+            key = parse_job_id(workflow_id)
+        except ValueError as exc:
+            raise InvalidJob(f"workflow id: {exc}") from None
+        params = {"workflow": key, "reason": None if reason is None else clean_reason(reason)}
+        return int(retrying(self.connector, sql("cancel_workflow"), params)[0][0])
+
+    def parents(self, job_id: str) -> dict[str, Parent]:
+        """What the job sees of its parents: id → Parent(state, result)."""
+        try:
+            key = parse_job_id(job_id)
+        except ValueError as exc:
+            raise JobNotFound(str(exc)) from None
+        with self.connector.connection() as conn:
+            return parents_on(conn, key)
+
+    def resolve_stranded(self, batch: int = 1000) -> int:
+        """The reaper's safety net for edges (queries.sql ``resolve_stranded``); how many."""
+        return int(retrying(self.connector, sql("resolve_stranded"), {"batch": batch})[0][0])
 
 
 def parents_on(conn: psycopg.Connection[Any], job_id: str) -> dict[str, Parent]:

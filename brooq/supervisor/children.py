@@ -154,11 +154,6 @@ class ChildProcess:
         return None
 
     @property
-    def idle(self) -> bool:
-        """Booted, nothing sent to it, and staying: it may take a job."""
-        return self.open and not self.queue
-
-    @property
     def open(self) -> bool:
         """Booted and staying: jobs may be sent to it."""
         return (

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from brooq import metrics as prom
-from brooq.engine.store import Claimed, Store
+from brooq.engine.store import Claimed, ClaimedBatch, Store
 from brooq.logs import event
 from brooq.supervisor.children import ChildProcess, Interrupt, Kill
 from brooq.supervisor.completer import Pending, count_by_label
@@ -57,13 +57,17 @@ class HeldJobs:
         """Jobs a heartbeat did not find ours, whose worker may yet report them settled."""
 
     def claimed(self, claimed: list[Claimed], lease_end: float) -> None:
-        """The producer claimed jobs: hold them, count them."""
+        """The producer claimed jobs: hold them, count them (and the claims a rate limit
+        cut short)."""
         topics: dict[str, int] = {}
         for c in claimed:
             self.holdings.add(c.ticket, c.topic, lease_end)
             topics[c.topic] = topics.get(c.topic, 0) + 1
         for topic, n in topics.items():
             self.metrics.claimed.labels(topic=topic).inc(n)
+        if isinstance(claimed, ClaimedBatch):
+            for topic in claimed.rate_limited:
+                self.metrics.rate_limited.labels(topic=topic).inc()
 
     def flushed(self, written: list[Pending], lost: list[Pending]) -> None:
         """The completer wrote outcomes: count them; those no longer held lost their lease."""

@@ -1,4 +1,5 @@
-"""The supervisor's maintenance, as database tasks: reaper, retention, periodic schedules.
+"""The supervisor's maintenance, as database tasks: reaper, retention, partitions ahead,
+periodic schedules.
 
 Each runs when due, one bounded batch per task, never two of a kind at once,
 so none can hold the supervisor's connection for long; work left over is
@@ -11,6 +12,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from brooq import metrics as prom
+from brooq.engine.partitions import PartitionUpkeep
 from brooq.engine.periodic import Enqueue, PeriodicScheduler
 from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
@@ -27,7 +29,9 @@ SCHEDULE_CHECK = timedelta(seconds=1)
 
 
 class Maintenance:
-    """Submits the reaper, retention and the periodic scheduler when each is due."""
+    """Submits the reaper, retention, the partitions ahead and the periodic scheduler when
+    each is due. The partitions are created with retention's store and interval, whether
+    retention is on or off."""
 
     def __init__(
         self,
@@ -41,6 +45,7 @@ class Maintenance:
         self.scheduler, self.metrics = scheduler, metrics
         self.retention.max_batches = RETENTION_BATCHES_PER_TASK
         self.schedules = Every(SCHEDULE_CHECK)
+        self.partitions = PartitionUpkeep(retention.store, retention.partition_interval)
 
     def run_once(self, now: float) -> list[str]:
         """Submit every task that is due and not already under way; their names."""
@@ -55,6 +60,9 @@ class Maintenance:
         ):
             self.db.submit("retention", self.retention.run_once, self._retained)
             sent.append("retention")
+        if not self.db.busy("partitions") and self.partitions.every.due(now):
+            self.db.submit("partitions", self.partitions.run_once, _ignored)
+            sent.append("partitions")
         if self.scheduler.schedules and not self.db.busy("periodic") and self.schedules.due(now):
             self.db.submit(
                 "periodic", lambda: self.scheduler.run_once(datetime.now(UTC)), self._scheduled
@@ -90,3 +98,7 @@ class Maintenance:
                 event(log, "PeriodicEnqueued", logging.INFO, **fields)
             else:
                 event(log, "PeriodicAlreadyEnqueued", logging.DEBUG, **fields)
+
+
+def _ignored(made: list[str] | None, error: BaseException | None) -> None:
+    """The partitions task logs what it created; a failure is retried at its next tick."""

@@ -5,7 +5,8 @@ refilled with one claim statement (``LIMIT n … SKIP LOCKED``) sized to the
 group's idle workers plus a prefetch depth. A worker that finishes gets its
 next job from the buffer at once, without waiting for the database. Jobs
 wait in a buffer only briefly: past ``max_wait`` they are released,
-uncharged, for another supervisor to take.
+uncharged, for another supervisor to take. A claim that a rate limit cut
+short is sent again when the limit's next token is due, not before.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from brooq.engine.store import Claimed, Store
+from brooq.engine.store import Claimed, ClaimedBatch, Store
 from brooq.supervisor.database import Database
+from brooq.vocabulary import RateLimit
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -81,10 +83,17 @@ class Producer:
         poll_interval: timedelta,
         max_wait: float,
         on_claimed: Callable[[list[Claimed], float], None],
+        rates: Mapping[str, RateLimit] | None = None,
     ) -> None:
         self.store, self.db, self.holder, self.lease = store, db, holder, lease
         self.groups = {g: GroupState(g) for g in groups}
         self.limits = dict(limits)
+        self.rates = dict(rates or {})
+        """The rate limit of every topic that has one (a reload replaces them)."""
+        self.declared: dict[str, RateLimit] = {}
+        """The rates last written to the database (``brooq status`` and /metrics read them)."""
+        self._declare_at = 0.0
+        """No declaration before this (one at a time; after a failure, a poll interval on)."""
         self.prefetch = prefetch
         self.poll_s = poll_interval.total_seconds()
         self.max_wait = max_wait
@@ -104,9 +113,13 @@ class Producer:
         fast handlers never wait for the database, and a claim is sent for a batch
         (the buffer is refilled once half of it is gone); none while they do not
         turn jobs over (jobs waiting behind long-running handlers would only be
-        released again).
+        released again), nor for a group whose every topic has a rate limit: its jobs
+        are claimed for workers that take them at once, so they start when they spend
+        their token.
         """
         if not self.prefetch or now - state.last_finish > RATE_STALE_S:
+            return 0
+        if all(t in self.rates for t in state.topics):
             return 0
         covering = int(state.rate * max(state.round_trip * 2, BUFFER_S)) + 1
         return min(max(self.prefetch, covering), MAX_DEPTH)
@@ -140,12 +153,13 @@ class Producer:
         if self.paused:
             return 0
         idle = free if idle is None else idle
+        self._declare(now)
         sent = 0
         for group, state in self.groups.items():
             if state.asked:
                 continue
             want = self.wanted(state, free.get(group, 0), workers.get(group, 0), now)
-            if all(t in self.limits for t in group):
+            if all(t in self.limits or t in self.rates for t in group):
                 want = min(want, idle.get(group, 0))
             if want <= 0 or not (state.more_ready or now >= state.next_poll):
                 continue
@@ -153,24 +167,39 @@ class Producer:
             sent += 1
         return sent
 
+    def _declare(self, now: float) -> None:
+        """Write the served rate limits into their buckets, once and after each change."""
+        if self.rates == self.declared or now < self._declare_at:
+            return
+        rates = dict(self.rates)
+        self._declare_at = float("inf")
+
+        def done(_: object, error: BaseException | None) -> None:
+            if error is None:
+                self.declared, self._declare_at = rates, 0.0
+            else:
+                self._declare_at = now + self.poll_s
+
+        self.db.submit("rates", lambda: self.store.declare_rates(rates), done)
+
     def _claim(self, state: GroupState, want: int, idle: int, now: float) -> None:
         state.asked = want
         limits = {t: self.limits[t] for t in state.topics if t in self.limits}
-        capped, free = (
-            [t for t in state.topics if t in limits],
-            [t for t in state.topics if t not in limits],
-        )
+        rates = {t: self.rates[t] for t in state.topics if t in self.rates}
+        limited = [t for t in state.topics if t in limits or t in rates]
+        free = [t for t in state.topics if t not in limits and t not in rates]
         store, holder, lease = self.store, self.holder, self.lease
 
         def claim() -> list[Claimed]:
-            # Capped jobs only for the workers idle now, then the free topics for the rest.
+            # Jobs of capped (max_running) or rate-limited topics only for the workers
+            # idle now, then the free topics for the rest.
             out = (
-                store.claim_many(holder, capped, lease, min(want, idle), limits)
-                if capped and idle
-                else []
+                store.claim_many(holder, limited, lease, min(want, idle), limits, rates)
+                if limited and idle
+                else ClaimedBatch()
             )
             if free and len(out) < want:
-                out += store.claim_many(holder, free, lease, want - len(out), {})
+                out.extend(store.claim_many(holder, free, lease, want - len(out), {}, {}))
             return out
 
         lease_end = now + self.lease.total_seconds()
@@ -183,7 +212,10 @@ class Producer:
                 return
             state.more_ready = len(claimed) >= want
             if not state.more_ready:
-                state.next_poll = now + self.poll_s
+                # Cut short by a rate limit: look again when its next token is due (a
+                # NOTIFY alone would only meet the same empty bucket).
+                token = claimed.next_token_in() if isinstance(claimed, ClaimedBatch) else None
+                state.next_poll = now + (self.poll_s if token is None else min(self.poll_s, token))
             self.on_claimed(claimed, lease_end)
             state.buffer.extend(Buffered(c, now) for c in claimed)
             state.oldest = min(state.oldest, now)

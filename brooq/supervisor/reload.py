@@ -67,6 +67,7 @@ NEEDS_RESTART = (
     "retention_ttl",
     "retention_batch",
     "retention_period",
+    "partition_interval",
     "max_expirations",
     "notify",
     "max_payload_bytes",

@@ -68,6 +68,7 @@ def build_producer(
         settings.poll_interval,
         max_wait=max(1.0, 2 * settings.poll_interval.total_seconds()),
         on_claimed=on_claimed,
+        rates=registry.rates(),
     )
 
 
@@ -88,6 +89,7 @@ def build_maintenance(
             settings.retention_ttl,
             settings.retention_batch,
             Every(settings.retention_period),
+            partition_interval=settings.partition_interval,
         ),
         PeriodicScheduler(list(schedules), store.enqueue_many, store.last_scheduled_run),
         metrics,

@@ -176,6 +176,7 @@ class Wiring:
         self.workers.queue, self.workers.settings = loaded.queue, settings  # what new forks run
         self.dispatcher.kinds = registry
         self.producer.limits = services.limits_of(registry)
+        self.producer.rates = registry.rates()
         self.maintenance.scheduler.schedules = list(loaded.queue.schedules)
         self.initialise_metrics()
         assert self.reloader is not None

@@ -39,6 +39,7 @@ from brooq.vocabulary.payload import (
     decode_stored_payload,
     encode_payload,
 )
+from brooq.vocabulary.ratelimit import MAX_RATE_COUNT, RateLimit, parse_rate_limit
 from brooq.vocabulary.result import (
     DEFAULT_MAX_RESULT_BYTES,
     MAX_RESULT_BYTES_LIMIT,
@@ -62,6 +63,7 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
     "IF_PARENT_FAILS",
+    "MAX_RATE_COUNT",
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
     "TERMINAL_STATES",
@@ -99,6 +101,7 @@ __all__ = [
     "ParentsReader",
     "PreserveAttempt",
     "PrivilegeMissing",
+    "RateLimit",
     "ResultNotJSON",
     "ResultTimeout",
     "ResultTooLarge",
@@ -123,5 +126,6 @@ __all__ = [
     "new_job_ids",
     "parse_duration",
     "parse_job_id",
+    "parse_rate_limit",
     "topic_problem",
 ]

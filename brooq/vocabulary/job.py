@@ -24,10 +24,12 @@ class Job:
     deduplicates per topic for the life of the row; ``""`` or None means no
     key. ``available_at`` (timezone-aware) delays the first attempt; None means
     now. ``priority`` (a small int, default 0): higher runs first among ready
-    jobs of a topic. ``after`` (job ids, or the Enqueued values enqueue
-    returned) makes it wait, in state ``waiting``, until every one of those
-    jobs (its parents) has ended; ``if_parent_fails`` says what then happens
-    when one of them ended ``dead`` or ``canceled``, or does not exist:
+    jobs of a topic. ``rate_key`` (``""`` or None: none) applies the topic's
+    ``rate_limit`` to the jobs of each key separately (a tenant, an account),
+    instead of to the whole topic. ``after`` (job ids, or the Enqueued values
+    enqueue returned) makes it wait, in state ``waiting``, until every one of
+    those jobs (its parents) has ended; ``if_parent_fails`` says what then
+    happens when one of them ended ``dead`` or ``canceled``, or does not exist:
     ``"cancel"`` (the default) cancels it, ``"run"`` runs it anyway. Invalid
     values raise :class:`InvalidJob` or ``InvalidTopic`` here, before
     anything is written.
@@ -38,6 +40,7 @@ class Job:
     idempotency_key: str | None = None
     available_at: datetime | None = None
     priority: int = 0
+    rate_key: str | None = None
     after: Sequence[str | HasJobId] = ()
     if_parent_fails: IfParentFails = "cancel"
     _topic: Topic = field(init=False, repr=False, compare=False)
@@ -47,21 +50,11 @@ class Job:
         if self.after != ():
             object.__setattr__(self, "after", parent_ids(self.after))
         check_policy(self.if_parent_fails)
-        key = self.idempotency_key
-        if key is not None:
-            if not isinstance(key, str):
-                raise InvalidJob(f"idempotency_key must be a string, not {type(key).__name__}")
-            if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
-                raise InvalidJob(
-                    f"idempotency_key is {len(key)} characters, above the limit of "
-                    f"{IDEMPOTENCY_KEY_MAX_LENGTH}; hash long keys (e.g. sha256) first"
-                )
-            if not key.isprintable() and _has_surrogate(key):
-                raise InvalidJob("idempotency_key holds a lone surrogate, which is not valid UTF-8")
-            if "\x00" in key:
-                raise InvalidJob("idempotency_key holds a NUL character, which PostgreSQL rejects")
-            if key == "":
-                object.__setattr__(self, "idempotency_key", None)
+        for name in ("idempotency_key", "rate_key"):
+            if getattr(self, name) is not None:
+                _check_key(name, getattr(self, name))
+                if getattr(self, name) == "":
+                    object.__setattr__(self, name, None)
         prio = self.priority
         if isinstance(prio, bool) or not isinstance(prio, int) or prio not in PRIORITY_RANGE:
             raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {prio!r}")
@@ -139,6 +132,8 @@ class JobRecord:
     result: Any = None
     """What the handler returned (decoded JSON) when the job is ``done``; None otherwise, or
     when it returned nothing."""
+    rate_key: str | None = None
+    """The key whose rate limit the job's claim obeys (None: the topic's own)."""
     workflow_id: str | None = None
     """The workflow the job was enqueued in (``queue.enqueue_workflow``), or None."""
     parents_left: int = 0
@@ -159,6 +154,20 @@ class JobRecord:
             out[name] = value.isoformat() if isinstance(value, datetime) else value
         out["state"] = str(self.state)
         return out
+
+
+def _check_key(name: str, key: object) -> None:
+    if not isinstance(key, str):
+        raise InvalidJob(f"{name} must be a string, not {type(key).__name__}")
+    if len(key) > IDEMPOTENCY_KEY_MAX_LENGTH:
+        raise InvalidJob(
+            f"{name} is {len(key)} characters, above the limit of "
+            f"{IDEMPOTENCY_KEY_MAX_LENGTH}; hash long keys (e.g. sha256) first"
+        )
+    if not key.isprintable() and _has_surrogate(key):
+        raise InvalidJob(f"{name} holds a lone surrogate, which is not valid UTF-8")
+    if "\x00" in key:
+        raise InvalidJob(f"{name} holds a NUL character, which PostgreSQL rejects")
 
 
 def _has_surrogate(text: str) -> bool:

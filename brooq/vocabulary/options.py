@@ -1,4 +1,4 @@
-"""Per-kind options: attempts, timeouts and backoff, set in code, not in a column."""
+"""Per-kind options: attempts, timeouts, backoff and limits, set in code, not in a column."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from brooq.vocabulary.durations import coerce_duration, format_duration
 from brooq.vocabulary.errors import InvalidKindOptions
+from brooq.vocabulary.ratelimit import RateLimit, parse_rate_limit
 
 MAX_ATTEMPTS = 1_000_000
 """The most attempts a kind may allow (QUEUE_MAX_ATTEMPTS has the same bound)."""
@@ -33,7 +34,11 @@ class KindOptions:
 
     ``max_running`` caps how many jobs of the topic are ``processing`` at once
     across every supervisor and host (None: no cap); the claim enforces it in
-    the database.
+    the database. ``rate_limit`` (``"100/s"``, ``"30/m"``, ``"5/h"``) caps how
+    many of its jobs start per interval across every supervisor and host, at
+    most ``rate_burst`` at once (default: one interval's worth); it holds
+    the parsed :class:`RateLimit` (burst included). A job's ``rate_key``
+    gives each key a limit of its own.
 
     Durations accept a timedelta, a number of seconds or a string with units
     (``"1m"``). Invalid values raise :class:`InvalidKindOptions` listing every
@@ -47,6 +52,8 @@ class KindOptions:
     backoff_max: timedelta | None = None
     watchdog_grace: timedelta | None = None
     max_running: int | None = None
+    rate_limit: RateLimit | None = None
+    rate_burst: int | None = None
 
     if TYPE_CHECKING:  # what the constructor accepts; the fields always hold timedeltas
 
@@ -59,6 +66,8 @@ class KindOptions:
             backoff_max: DurationLike | None = None,
             watchdog_grace: DurationLike | None = None,
             max_running: int | None = None,
+            rate_limit: str | RateLimit | None = None,
+            rate_burst: int | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -81,10 +90,24 @@ class KindOptions:
             problem = _positive_int_problem(name, getattr(self, name), most)
             if problem:
                 problems.append(problem)
+        problems.extend(self._rate_problems())
         if not problems:
             problems.extend(self._order_problems())
         if problems:
             raise InvalidKindOptions("; ".join(problems))
+
+    def _rate_problems(self) -> list[str]:
+        if self.rate_limit is None:
+            if self.rate_burst is not None:
+                return [
+                    f'rate_burst: needs a rate_limit (such as "100/s"), got only '
+                    f"rate_burst={self.rate_burst!r}"
+                ]
+            return []
+        rate, problems = parse_rate_limit(self.rate_limit, self.rate_burst)
+        if rate is not None:
+            object.__setattr__(self, "rate_limit", rate)
+        return problems
 
     def _order_problems(self) -> list[str]:
         out = []
@@ -107,6 +130,8 @@ class KindOptions:
         filled = {
             f.name: getattr(defaults, f.name) for f in fields(self) if getattr(self, f.name) is None
         }
+        if self.rate_limit is not None:
+            filled.pop("rate_burst", None)  # a kind's own rate keeps its own burst
         return replace(self, **filled)
 
 

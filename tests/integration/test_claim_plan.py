@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +9,7 @@ import psycopg
 import pytest
 
 from brooq.postgres.sql import sql
+from tests.integration.plans import Layout, explain, nodes
 
 ROWS = 100_000
 TOPICS = ["email.send", "report.daily", "image.resize"]
@@ -33,40 +33,19 @@ def big_queue(pg: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     return pg
 
 
-def _nodes(plan: dict[str, Any], bounded: bool = False) -> Iterator[tuple[dict[str, Any], bool]]:
-    """Every plan node, with whether a Limit above it bounds the rows it yields."""
-    yield plan, bounded
-    below = bounded or plan["Node Type"] == "Limit"
-    for child in plan.get("Plans", []):
-        yield from _nodes(child, below)
-
-
-def _check_plan(plan: dict[str, Any]) -> None:
-    nodes = list(_nodes(plan))
-    claim_scans = [
-        n
-        for n, _ in nodes
-        if n["Node Type"] == "Index Scan" and n.get("Index Name") == "job_claim_idx"
-    ]
-    assert claim_scans, "the claim does not scan job_claim_idx"
-    for node, _ in nodes:
-        assert not (
-            node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan")
-            and node.get("Relation Name") == "job"
-        ), f"full scan of job: {node}"
-        if node["Node Type"] in ("Sort", "Incremental Sort"):
-            # A Sort may only order per-topic heads, each already cut by a Limit.
-            for inner, bounded in _nodes(node):
-                if inner.get("Relation Name") == "job":
-                    assert bounded, f"a Sort over the job table: {node}"
+def _check_plan(conn: psycopg.Connection[Any], plan: dict[str, Any]) -> None:
+    layout = Layout(conn)
+    assert layout.index_scans(plan, "job_claim_idx"), "the claim does not scan job_claim_idx"
+    assert not layout.full_scans(plan), f"full scan of a partition: {layout.full_scans(plan)}"
+    assert not [n for n, _ in nodes(plan) if n["Node Type"] == "Bitmap Heap Scan"], "unordered"
+    # A Sort may only order per-topic heads, each already cut by a Limit.
+    assert not layout.unbounded_sorts(plan), "a Sort over the job table"
 
 
 @pytest.mark.parametrize("name", sorted(SERVED))
 def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], name: str) -> None:
     params = {"holder": "w1", "lease": timedelta(seconds=30), "limit": 10, **SERVED[name]}
-    row = big_queue.execute("EXPLAIN (FORMAT JSON) " + sql(name), params).fetchone()
-    assert row is not None
-    _check_plan(row[0][0]["Plan"])
+    _check_plan(big_queue, explain(big_queue, sql(name), params))
     assert big_queue.execute("SELECT count(*) FROM job WHERE state = 'pending'").fetchone() == (
         ROWS,
     ), "EXPLAIN must not have claimed anything"
@@ -93,4 +72,4 @@ def test_generic_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], n
     big_queue.execute(f"PREPARE claim_plan ({types}) AS {statement}")
     row = big_queue.execute(f"EXPLAIN (FORMAT JSON) EXECUTE claim_plan ({args})").fetchone()
     assert row is not None
-    _check_plan(row[0][0]["Plan"])
+    _check_plan(big_queue, row[0][0]["Plan"])

@@ -16,7 +16,7 @@ from psycopg import sql as pgsql
 
 from brooq.engine.fake import InMemoryStore
 from brooq.engine.outcome import DONE, LAST_ERROR_MAX_CHARS, Outcome, SettleKind, decide
-from brooq.engine.store import Claimed, Store, Ticket, TopicCount
+from brooq.engine.store import Claimed, ClaimedBatch, Store, Ticket, TopicCount
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
@@ -28,6 +28,7 @@ from brooq.vocabulary import (
     JobNotFound,
     KindOptions,
     PreserveAttempt,
+    RateLimit,
     State,
 )
 from tests.conftest import Clock
@@ -92,6 +93,14 @@ class FakeEnv:
     def count(self) -> int:
         return len(self.store.rows)
 
+    def refill(self, seconds: float) -> None:
+        """Let ``seconds`` pass for the rate limits' buckets (the store's clock moves)."""
+        self.clock.now += timedelta(seconds=seconds)
+
+    def buckets(self) -> set[tuple[str, str]]:
+        """(topic, key) of every bucket the store keeps."""
+        return set(self.store.buckets.buckets)
+
 
 class PgEnv:
     """Time and row surgery for the PostgreSQL store, through a separate connection."""
@@ -124,6 +133,18 @@ class PgEnv:
         row = self.pg.execute("SELECT count(*) FROM job").fetchone()
         assert row is not None
         return int(row[0])
+
+    def refill(self, seconds: float) -> None:
+        """Let ``seconds`` pass for the rate limits' buckets: each is moved back that long
+        (the database's clock cannot be moved; its own time passes too, slowly)."""
+        self.pg.execute(
+            "UPDATE brooq_rate_limit SET full_at = full_at - make_interval(secs => %s)",
+            (seconds,),
+        )
+
+    def buckets(self) -> set[tuple[str, str]]:
+        """(topic, key) of every row of brooq_rate_limit."""
+        return {(t, k) for t, k in self.pg.execute("SELECT topic, key FROM brooq_rate_limit")}
 
 
 Env = FakeEnv | PgEnv
@@ -965,3 +986,134 @@ def test_a_cancel_reason_postgresql_cannot_store_is_refused(env: Env, reason: st
     with pytest.raises(InvalidJob):
         store.cancel(job_id, reason)
     assert store.get(job_id).state is State.PENDING
+
+
+# -- rate limits (kind option rate_limit, Job.rate_key) ---------------------------------------
+# Rates of a few a minute: the time a test takes (the database's clock keeps running) never
+# adds a token; time is let pass with env.refill.
+
+SIX_A_MINUTE = RateLimit(6, timedelta(minutes=1), 3)
+"""A token every 10 s, 3 at once."""
+RATES = {"api": SIX_A_MINUTE}
+
+
+def rated(env: Env, limit: int = 100, holder: str = "worker-1", **kw: Any) -> ClaimedBatch:
+    return env.store.claim_many(holder, ["api"], LEASE, limit, kw.pop("limits", None), RATES)
+
+
+def test_a_rate_limit_lets_the_burst_through_then_one_token_per_interval(env: Env) -> None:
+    ids = [enqueue(env.store, "api", i) for i in range(10)]
+    first = rated(env)
+    assert [c.id for c in first] == ids[:3]  # the burst, in claim order
+    assert set(first.rate_limited) == {"api"} and 9 < first.rate_limited["api"] <= 10
+    empty = rated(env, holder="worker-2")  # another claimer: the same bucket
+    assert empty == [] and 9 < empty.rate_limited["api"] <= 10
+    env.refill(10)
+    assert [c.id for c in rated(env)] == ids[3:4]
+    env.refill(25)
+    assert [c.id for c in rated(env)] == ids[4:6]  # 2.5 tokens: two whole ones
+    env.refill(3600)
+    assert [c.id for c in rated(env)] == ids[6:9]  # never more than the burst
+    assert env.store.claim_many("w", ["api"], LEASE, 100) != [], "no rates: no limit"
+
+
+def test_a_claim_not_cut_short_by_the_limit_reports_none(env: Env) -> None:
+    for i in range(5):
+        enqueue(env.store, "api", i)
+    assert rated(env, limit=2).rate_limited == {}
+    one = rated(env, limit=2)
+    assert len(one) == 1 and set(one.rate_limited) == {"api"}  # 3rd token: then short
+    assert rated(env, limit=1).rate_limited.keys() == {"api"}
+    enqueue(env.store, "other")
+    both = env.store.claim_many("w", ["api", "other"], LEASE, 5, None, RATES)
+    assert [c.topic for c in both] == ["other"] and set(both.rate_limited) == {"api"}
+
+
+def test_a_released_job_gives_its_token_back(env: Env) -> None:
+    ids = [enqueue(env.store, "api", i) for i in range(6)]
+    claimed = rated(env)
+    assert len(claimed) == 3 and rated(env) == []
+    assert env.store.release([claimed[0].ticket, claimed[1].ticket]) == set(ids[:2])
+    assert len(rated(env)) == 2  # the two tokens back, nothing more
+    assert rated(env) == []
+
+
+def test_release_unknown_gives_tokens_back_the_reaper_does_not(env: Env) -> None:
+    hourly = {"api": RateLimit(3, timedelta(hours=1), 3)}  # env.expire lets a minute pass
+
+    def take(holder: str) -> ClaimedBatch:
+        return env.store.claim_many(holder, ["api"], LEASE, 100, None, hourly)
+
+    for i in range(8):
+        enqueue(env.store, "api", i)
+    claimed = take("lost")
+    assert len(claimed) == 3
+    assert len(env.store.release_unknown("lost", [claimed[0].id])) == 2
+    others = take("other")
+    assert len(others) == 2
+    env.expire(claimed[0].id, *(c.id for c in others))  # their holders died: no release
+    assert env.store.requeue_expired().pending == [TopicCount("api", 3)]
+    assert take("next") == []
+
+
+def test_a_refund_never_fills_a_bucket_above_its_burst(env: Env) -> None:
+    for i in range(6):
+        enqueue(env.store, "api", i)
+    claimed = rated(env)
+    env.refill(3600)  # full again while the jobs were held
+    env.store.release([c.ticket for c in claimed])
+    assert len(rated(env)) == 3
+
+
+def test_each_rate_key_has_its_own_bucket_and_a_busy_key_never_starves_the_others(
+    env: Env,
+) -> None:
+    busy = [enqueue(env.store, "api", i, rate_key="busy") for i in range(20)]
+    quiet = enqueue(env.store, "api", "q", rate_key="quiet")
+    plain = [enqueue(env.store, "api", i) for i in range(2)]
+    got = rated(env)
+    assert [c.id for c in got] == [*busy[:3], quiet, *plain]  # claim order across keys
+    assert {env.store.get(c.id).rate_key for c in got} == {"busy", "quiet", None}
+    late = enqueue(env.store, "api", "late", rate_key="late")
+    assert [c.id for c in rated(env)] == [late]  # busy is empty; a new key is full
+
+
+def test_keys_are_served_in_priority_order_among_those_with_tokens(env: Env) -> None:
+    low = [enqueue(env.store, "api", i, rate_key="a", priority=0) for i in range(3)]
+    high = [enqueue(env.store, "api", i, rate_key="b", priority=5) for i in range(4)]
+    assert [c.id for c in rated(env, limit=4)] == high[:3] + low[:1]
+    assert [c.id for c in rated(env, limit=4)] == low[1:]
+
+
+def test_idle_key_buckets_are_removed_and_the_topics_stays(env: Env) -> None:
+    enqueue(env.store, "api", 1, rate_key="k1")
+    enqueue(env.store, "api", 2, rate_key="k2")
+    assert len(rated(env)) == 2
+    assert env.buckets() == {("api", ""), ("api", "k1"), ("api", "k2")}
+    env.refill(5)  # each key spent one token (10 s): half way back to full
+    rated(env)
+    assert env.buckets() == {("api", ""), ("api", "k1"), ("api", "k2")}
+    env.refill(3600)
+    rated(env)
+    assert env.buckets() == {("api", "")}
+
+
+def test_max_running_and_a_rate_limit_combine(env: Env) -> None:
+    for i in range(6):
+        enqueue(env.store, "api", i)
+    two = rated(env, limits={"api": 2})
+    assert len(two) == 2  # max_running first
+    assert env.store.settle(two[0].ticket, DONE)
+    assert len(rated(env, limits={"api": 2})) == 1  # room for one, and one token left
+    assert env.store.settle(two[1].ticket, DONE)
+    assert rated(env, limits={"api": 2}) == []  # room, but no token
+
+
+def test_declared_rates_make_a_full_bucket_and_keep_its_tokens(env: Env) -> None:
+    env.store.declare_rates(RATES)
+    assert env.buckets() == {("api", "")}
+    for i in range(5):
+        enqueue(env.store, "api", i)
+    assert len(rated(env)) == 3
+    env.store.declare_rates({"api": RateLimit(6, timedelta(minutes=1), 4)})
+    assert rated(env) == []  # a new burst adds no token

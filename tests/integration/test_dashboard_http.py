@@ -94,6 +94,20 @@ def test_root_redirects_to_ui_and_pages_answer(
     assert read_only.request("GET", "/ui/static/dashboard.js").status == 200
 
 
+def test_the_overview_shows_the_rate_limits(read_only: Served, pg: psycopg.Connection[Any]) -> None:
+    assert 'id="rates"' not in read_only.request("GET", "/ui").body  # none: no section
+    pg.execute(
+        "INSERT INTO brooq_rate_limit (topic, key, rate, per, burst, full_at) VALUES "
+        "('api.call', '', 20, '1 second', 5, clock_timestamp() + interval '1 hour'), "
+        "('api.call', 'tenant-1', 20, '1 second', 5, clock_timestamp() + interval '1 hour')"
+    )
+    body = read_only.request("GET", "/ui").body
+    rates = body[body.index('id="rates"') :]
+    rates = rates[: rates.index("</table>")]
+    assert 'data-topic="api.call"' in rates and ">20/s<" in rates and 'data-tokens="0.0"' in rates
+    assert rates.count('<td class="num">1</td>') == 2  # one key in use, one waiting
+
+
 def test_no_asset_comes_from_elsewhere(read_only: Served, pg: psycopg.Connection[Any]) -> None:
     job = insert(pg, "email.send", "dead")
     for path in ("/ui", "/ui/jobs", f"/ui/jobs/{job}", "/ui/login"):

@@ -15,7 +15,9 @@ ALL = [
     "0006.job-last-traceback",
     "0007.supervisor",
     "0008.job-expiry-streak",
+    "0009.job-partitions",
     "0010.job-result",
+    "0011.rate-limit",
     "0012.job-workflows",
 ]
 
@@ -37,7 +39,10 @@ def _schema(dsn: str) -> list[tuple[str, ...]]:
         idx = conn.execute(
             "SELECT indexdef FROM pg_indexes WHERE tablename = 'job' ORDER BY indexname"
         ).fetchall()
-        opts = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchall()
+        opts = conn.execute(
+            "SELECT relname, reloptions FROM pg_class "
+            "WHERE relname IN ('job', 'job_default', 'job_initial') ORDER BY relname"
+        ).fetchall()
     return [tuple(map(str, r)) for r in cols + idx + opts]
 
 
@@ -73,16 +78,26 @@ def test_schema_has_the_promised_pieces(dsn: str) -> None:
                 "WHERE conrelid = 'job'::regclass AND contype = 'c'"
             )
         ]
-        row = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'job'").fetchone()
-        assert row is not None
-        (opts,) = row
+        # A partitioned table holds no storage options: every partition has them.
+        options = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_inherits i JOIN pg_class c "
+            "ON c.oid = i.inhrelid WHERE i.inhparent = 'job'::regclass"
+        ).fetchall()
+        key = conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = 'job_key'::regclass AND contype = 'p'"
+        ).fetchone()
     claimable = "WHERE (state = ANY (ARRAY['pending'::text, 'failed'::text]))"
     assert claimable in indexes["job_claim_idx"]
-    assert "UNIQUE" in indexes["job_idempotency_idx"]
-    assert "idempotency_key IS NOT NULL" in indexes["job_idempotency_idx"]
+    assert key == ("PRIMARY KEY (topic, idempotency_key)",)
     assert "done" in indexes["job_terminal_idx"] and "updated_at" in indexes["job_terminal_idx"]
     assert any("canceled" in c and "processing" in c and "dead" in c for c in checks)
-    assert set(opts) == {"autovacuum_vacuum_scale_factor=0.02", "autovacuum_vacuum_threshold=100"}
+    assert len(options) >= 3  # the first partition, the default, the days ahead
+    for _, opts in options:
+        assert set(opts) == {
+            "autovacuum_vacuum_scale_factor=0.02",
+            "autovacuum_vacuum_threshold=100",
+        }
 
 
 def test_down_one_step(empty_dsn: str) -> None:

@@ -197,13 +197,12 @@ def test_the_outcome_is_read_from_the_row_alone(
     assert claimed is not None
     assert pg_store.settle(claimed.ticket, decide(RuntimeError("second"), 2, opts))
     assert _tables(pg) == tables_before
-    # The other tables say which supervisors are alive (brooq workers) and which jobs wait
-    # for which (workflows); no job's fate.
-    assert {t for t in tables_before if not t.startswith(("_yoyo", "yoyo"))} == {
-        "job",
-        "job_edge",
-        "brooq_supervisor",
-    }
+    # The other tables say which supervisors are alive (brooq workers), which job holds an
+    # idempotency key (job_key), what the rate limits' buckets hold and which jobs wait for
+    # which (job_edge, workflows); no job's fate. job's partitions are job.
+    assert {
+        t for t in tables_before if not t.startswith(("_yoyo", "yoyo", "job_p", "job_initial"))
+    } == {"job", "job_default", "job_key", "job_edge", "brooq_supervisor", "brooq_rate_limit"}
     row = pg.execute(
         "SELECT state, attempts, last_error FROM job WHERE id = %s", (job.id,)
     ).fetchone()

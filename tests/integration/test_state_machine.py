@@ -1,7 +1,8 @@
 """A property-based state machine over the Store port, run against the fake AND PostgreSQL.
 
 Hypothesis drives random sequences of enqueue (keys, priorities, delays,
-batches), claim (several holders, with and without max_running limits),
+batches, rate keys), claim (several holders, with and without max_running limits,
+within a rate limit's buckets),
 settle with every outcome and signal (done with hooks and chain, failed with
 backoff, dead, canceled, delayed, preserved, abandoned) including stale
 tickets, settle-and-claim, cancel, heartbeat, lease expiry, the reaper,
@@ -62,6 +63,7 @@ from brooq.vocabulary import (
     KindOptions,
     LeaseLost,
     PreserveAttempt,
+    RateLimit,
     State,
     Workflow,
 )
@@ -70,6 +72,9 @@ from tests.integration.workflow_model import Graph
 TOPICS = ("alpha", "beta")
 HOLDERS = ("h1", "h2", "h3")
 KEYS = (None, "", " ", "k1", "k2")
+RATE_KEYS = (None, "", "r1", "r2")
+RATES = {"alpha": RateLimit(3, timedelta(hours=1), 2)}
+"""A token every 20 minutes, 2 at once: no time a test takes adds one."""
 LEASE = timedelta(hours=1)
 DELAY = timedelta(hours=2)
 TTL = timedelta(days=1)
@@ -143,6 +148,9 @@ class FakeSide:
     def effects(self) -> list[str]:
         return [str(e.params[0]) for e in self.store.executed]
 
+    def keys(self) -> dict[tuple[str, str], str] | None:
+        return None  # the fake reads keys off its rows: no table of its own
+
     def hook(self, job_id: str, fail: bool) -> Callable[[Any], None]:
         def hook(conn: Any) -> None:
             conn.execute("INSERT INTO effect (job_id) VALUES (%s)", (job_id,))
@@ -176,13 +184,14 @@ class PgSide:
     def __init__(self, store: PostgresStore, pg: psycopg.Connection[Any]) -> None:
         self.store, self.pg = store, pg
         self._ready: dict[str, bool] = {}
-        pg.execute("TRUNCATE job, job_edge, effect")
+        pg.execute("TRUNCATE job, job_key, job_edge, effect, brooq_rate_limit")
 
     def rows(self) -> dict[str, JobRecord]:
         cur = self.pg.execute(
             "SELECT id, topic, payload, state, attempts, priority, available_at, locked_by, "
             "locked_until, idempotency_key, last_error, created_at, updated_at, expirations, "
-            "available_at <= now(), expiry_streak, parents_left, workflow_id::text FROM job"
+            "available_at <= now(), expiry_streak, rate_key, parents_left, workflow_id::text "
+            "FROM job"
         )
         out = {}
         self._ready.clear()
@@ -203,8 +212,9 @@ class PgSide:
                 r[12],
                 expirations=r[13],
                 expiry_streak=r[15],
-                parents_left=r[16],
-                workflow_id=r[17],
+                rate_key=r[16],
+                parents_left=r[17],
+                workflow_id=r[18],
             )
             out[rec.id] = rec
             self._ready[rec.id] = bool(r[14])
@@ -220,6 +230,10 @@ class PgSide:
 
     def effects(self) -> list[str]:
         return [str(r[0]) for r in self.pg.execute("SELECT job_id FROM effect")]
+
+    def keys(self) -> dict[tuple[str, str], str] | None:
+        rows = self.pg.execute("SELECT topic, idempotency_key, job_id FROM job_key")
+        return {(r[0], r[1]): str(r[2]) for r in rows}
 
     def hook(self, job_id: str, fail: bool) -> Callable[[Any], None]:
         def hook(conn: Any) -> None:
@@ -281,6 +295,7 @@ class M:
     aged: int | None = None
     frozen: tuple[Any, ...] | None = None
     """(state, attempts, last_error, updated_at) when it became terminal."""
+    rate_key: str | None = None
     policy: str | None = None
     """if_parent_fails of a job with parents."""
     left: int = 0
@@ -302,6 +317,15 @@ class Model:
     clock: itertools.count[int] = field(default_factory=itertools.count)
     graph: Graph = field(default_factory=Graph)
     workflows: list[str] = field(default_factory=list)
+    spent: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Tokens taken from each rate limit bucket (topic, key) and not given back."""
+
+    def tokens(self, m: M) -> int | None:
+        """Tokens left in the bucket of ``m`` (None: its topic has no rate limit)."""
+        rate = RATES.get(m.topic)
+        if rate is None:
+            return None
+        return rate.burst - self.spent[(m.topic, m.rate_key or "")]
 
     def by_key(self, topic: str, key: str | None) -> M | None:
         if key is None:
@@ -452,12 +476,13 @@ class StoreMachine(RuleBasedStateMachine):
                 st.sampled_from(KEYS),
                 st.sampled_from((-1, 0, 1)),
                 st.booleans(),
+                st.sampled_from(RATE_KEYS),
             ),
             min_size=1,
             max_size=3,
         )
     )
-    def enqueue(self, batch: list[tuple[str, Any, str | None, int, bool]]) -> None:
+    def enqueue(self, batch: list[tuple[str, Any, str | None, int, bool, str | None]]) -> None:
         now = self._now()
         future = self.side.future()
         jobs = [
@@ -467,8 +492,9 @@ class StoreMachine(RuleBasedStateMachine):
                 idempotency_key=key,
                 priority=prio,
                 available_at=future if delayed else None,
+                rate_key=rate_key,
             )
-            for topic, payload, key, prio, delayed in batch
+            for topic, payload, key, prio, delayed, rate_key in batch
         ]
         results = self.store.enqueue_many(jobs)
         assert len(results) == len(jobs)
@@ -487,6 +513,7 @@ class StoreMachine(RuleBasedStateMachine):
                 job.priority,
                 created=now,
                 order=None if job.available_at else now,
+                rate_key=job.rate_key,
             )
 
     # rules: workflows
@@ -666,6 +693,26 @@ class StoreMachine(RuleBasedStateMachine):
         if len(got) < limit:
             assert self.model.best(topics) is None, "a batch claim left a ready job behind"
 
+    @rule(holder=st.sampled_from(HOLDERS), limit=st.integers(1, 4))
+    def claim_rated(self, holder: str, limit: int) -> None:
+        """A rate-limited topic: the best ready jobs whose bucket (their rate_key's, or the
+        topic's) still has a token, in claim order; cut short, the claim says so."""
+        got = self.store.claim_many(holder, ["alpha"], LEASE, limit, None, RATES)
+        ready = sorted(
+            (m for m in self.model.jobs.values() if m.ready and m.topic == "alpha"),
+            key=lambda m: (-m.priority, m.order, m.id),
+        )
+        want: list[M] = []
+        for m in ready:
+            if len(want) < limit and (self.model.tokens(m) or 0) > 0:
+                want.append(m)
+                self.model.spent[(m.topic, m.rate_key or "")] += 1
+        assert [c.id for c in got] == [m.id for m in want], "rated claim order or tokens"
+        for m, claimed in zip(want, got, strict=True):
+            self._take(m, claimed, holder)
+        waiting = any(m not in want and self.model.tokens(m) == 0 for m in ready)
+        assert ("alpha" in got.rate_limited) == (len(got) < limit and waiting), got.rate_limited
+
     @rule(data=st.data(), error=st.sampled_from(sorted(ERRORS)))
     @precondition(lambda self: self.tickets)
     def settle_many(self, data: st.DataObject, error: str) -> None:
@@ -703,6 +750,9 @@ class StoreMachine(RuleBasedStateMachine):
             m = self.model.jobs[job_id]
             m.state, m.holder, m.order = State.PENDING, None, now
             m.attempts = max(m.attempts - 1, m.expirations)
+            bucket = (m.topic, m.rate_key or "")
+            if self.model.spent[bucket]:  # the token goes back; a full bucket stays full
+                self.model.spent[bucket] -= 1
 
     @rule(i=st.integers(0, 10**6), reason=st.sampled_from((None, "stop", "")))
     @precondition(lambda self: self.model.jobs)
@@ -830,6 +880,7 @@ class StoreMachine(RuleBasedStateMachine):
             assert row.expirations == m.expirations, f"{where}: {row.expirations} expirations"
             assert row.expiry_streak == m.streak, f"{where}: {row.expiry_streak} in a row"
             assert (row.topic, row.priority, row.idempotency_key) == (m.topic, m.priority, m.key)
+            assert row.rate_key == m.rate_key, f"{where}: rate_key {row.rate_key!r}"
             assert row.payload == m.payload, f"{where}: payload changed (invariant 5)"
             assert row.last_error == m.last_error, f"{where}: last_error {row.last_error!r}"
             if row.state is State.PROCESSING:  # invariant 1 (and 2: one holder)
@@ -845,6 +896,13 @@ class StoreMachine(RuleBasedStateMachine):
                 keys[(row.topic, row.idempotency_key)] += 1
             assert row.idempotency_key != "", "an empty key must be stored as NULL"
         assert all(n == 1 for n in keys.values()), "one row per (topic, key) (invariant 8)"
+        held = self.side.keys()
+        if held is not None:  # job_key holds exactly the keys of the rows there are
+            assert held == {
+                (r.topic, r.idempotency_key): r.id
+                for r in rows.values()
+                if r.idempotency_key is not None
+            }, "job_key and the rows' keys differ"
         self._workflows_hold(rows)
         assert sorted(self.side.effects()) == sorted(self.model.effects), (
             "settle-transaction effects: exactly one per hooked done"

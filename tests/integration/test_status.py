@@ -3,6 +3,7 @@ lease left, dead jobs of the last hour; as text, as JSON, and redrawn with ``--w
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import select
@@ -134,12 +135,14 @@ def test_status_json_is_one_object_with_every_section(
         "taken_at",
         "depth",
         "oldest_ready_s",
+        "rate_limits",
         "running",
         "dead_last_hour",
         "dead_last_hour_total",
         "supervisors",
         "unserved_topics",
         "skipped_supervisors",
+        "partitions",
     }
     assert data["supervisors"] == [] and data["unserved_topics"] == ["email.send"]
     depth = {(r["topic"], r["state"]): r["jobs"] for r in data["depth"]}
@@ -262,3 +265,76 @@ def test_status_with_the_app_lists_its_schedules_and_next_runs(
     nightly = data["schedules"][1]
     assert nightly["next_run_local"].endswith(("+01:00", "+02:00"))
     assert nightly["next_run_local"][11:16] == "03:00"
+
+
+def test_status_shows_the_partitions_range_rows_and_size(
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    arrange(pg)
+    pg.execute("ANALYZE job")  # the rows column is the statistics' estimate
+    data = json.loads(run_status(monkeypatch, capsys, tmp_path, dsn, "--json"))
+    parts = data["partitions"]
+    assert parts[0]["name"] == "job_initial" and parts[0]["starts"] is None
+    assert parts[-1] == {**parts[-1], "name": "job_default", "default": True, "ends": None}
+    ranges = [p for p in parts if not p["default"]]
+    assert all(a["ends"] == b["starts"] for a, b in itertools.pairwise(ranges))
+    assert len(ranges) >= 4  # the first, and the days ahead the migration made
+    assert sum(p["rows"] for p in parts) == 8 and all(p["bytes"] > 0 for p in parts)
+    out = run_status(monkeypatch, capsys, tmp_path, dsn)
+    block = out[out.index("partitions:") :]
+    assert f"partitions: {len(parts)} (rows are estimates)" in block
+    first = next(line for line in block.splitlines() if "job_initial" in line)
+    assert "the first" in first and first.split()[-3] == "8"
+    assert "ids outside every range" in block
+
+
+def test_status_shows_each_rate_limit_and_its_tokens(
+    pg: psycopg.Connection[Any],
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    """What claims recorded in brooq_rate_limit: the limit, the burst, the tokens of the topic's
+    own bucket now, and its keys' buckets in use and out of tokens."""
+    pg.execute(
+        "INSERT INTO brooq_rate_limit (topic, key, rate, per, burst, full_at) VALUES "
+        "('api.call', '', 6, '1 minute', 5, clock_timestamp() + interval '25 seconds'), "
+        "('tenant.call', '', 2, '1 minute', 2, clock_timestamp() - interval '1 hour'), "
+        "('tenant.call', 't1', 2, '1 minute', 2, clock_timestamp() + interval '50 seconds'), "
+        "('tenant.call', 't2', 2, '1 minute', 2, clock_timestamp() + interval '10 seconds')"
+    )
+    data = json.loads(run_status(monkeypatch, capsys, tmp_path, dsn, "--json"))
+    rates = {r["topic"]: r for r in data["rate_limits"]}
+    assert rates["api.call"]["limit"] == "6/m" and rates["api.call"]["burst"] == 5
+    assert 2.5 <= rates["api.call"]["tokens"] <= 2.7  # 2.5 tokens owed, one back every 10 s
+    assert (rates["api.call"]["keys"], rates["api.call"]["keys_waiting"]) == (0, 0)
+    tenant = rates["tenant.call"]
+    assert (tenant["limit"], tenant["tokens"], tenant["keys"], tenant["keys_waiting"]) == (
+        "2/m",
+        2,
+        2,
+        1,  # t1 owes 1.7 tokens of 2: none left; t2 owes 0.3: one left
+    )
+    out = run_status(monkeypatch, capsys, tmp_path, dsn)
+    lines = out.splitlines()
+    assert "rate limits:" in lines
+    api = next(line for line in lines if line.strip().startswith("api.call "))
+    assert api.split()[:3] == ["api.call", "6/m", "5"] and api.split()[3] in ("2.5", "2.6")
+    assert "rate limits:" not in run_status_empty(monkeypatch, capsys, tmp_path, pg, dsn)
+
+
+def run_status_empty(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    pg: psycopg.Connection[Any],
+    dsn: str,
+) -> str:
+    """The text status once no topic has a rate limit: the section is left out."""
+    pg.execute("DELETE FROM brooq_rate_limit")
+    return run_status(monkeypatch, capsys, tmp_path, dsn)

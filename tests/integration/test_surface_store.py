@@ -65,4 +65,9 @@ def test_a_scrape_during_a_timeout_has_no_database_gauges(
         locker.execute("LOCK TABLE job IN ACCESS EXCLUSIVE MODE")
         assert list(collector.collect()) == []
         locker.rollback()
-    assert [f.name for f in collector.collect()] == ["brooq_jobs", "brooq_ready_oldest_age_seconds"]
+    assert [f.name for f in collector.collect()] == [
+        "brooq_jobs",
+        "brooq_ready_oldest_age_seconds",
+        "brooq_rate_tokens",
+        "brooq_rate_keys_waiting",
+    ]

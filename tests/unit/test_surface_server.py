@@ -64,12 +64,17 @@ def get(port: int, path: str, headers: str = "", method: str = "GET") -> Answer:
     return send(port, f"{method} {path} HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
 
 
-def echo_router(gate: threading.Event | None = None) -> Router:
-    """/ok answers; /block waits on ``gate``; /boom raises; /echo/<word> shows what was parsed."""
+def echo_router(
+    gate: threading.Event | None = None, blocked: threading.Semaphore | None = None
+) -> Router:
+    """/ok answers; /block waits on ``gate`` (releasing ``blocked`` once inside);
+    /boom raises; /echo/<word> shows what was parsed."""
     router = Router()
 
     def block(request: Request) -> Response:
         assert gate is not None
+        if blocked is not None:
+            blocked.release()
         gate.wait(10)
         return Response.text(200, "released")
 
@@ -183,13 +188,17 @@ def test_past_the_cap_a_new_connection_is_refused_at_once_when_all_run_handlers(
     serve: Callable[..., SurfaceServer],
 ) -> None:
     gate = threading.Event()
-    server = serve(echo_router(gate), max_connections=4)
+    inside = threading.Semaphore(0)
+    server = serve(echo_router(gate, inside), max_connections=4)
     port = port_of(server)
     blocked = [threading.Thread(target=get, args=(port, "/block"), daemon=True) for _ in range(4)]
     for t in blocked:
         t.start()
     try:
-        wait_for(lambda: server.open_connections() == 4, 3, "four handlers running")
+        # Open connections are not enough: one still reading its request is a slow
+        # client, and evicting it is the other rule. Wait for four handlers inside.
+        for _ in range(4):
+            assert inside.acquire(timeout=3), "four handlers running"
         refused = get(port, "/ok")
         assert refused.status == 503 and refused.seconds < 0.5
         assert server.open_connections() == 4

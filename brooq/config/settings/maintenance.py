@@ -1,4 +1,4 @@
-"""Settings of the maintenance every supervisor runs: the reaper and retention."""
+"""Settings of the maintenance every supervisor runs: the reaper, retention, partitions."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ def _reaper_period(values: Mapping[str, Any]) -> timedelta:
 
 
 class MaintenanceKeys(KeyTable):
-    """QUEUE_REAPER_PERIOD, QUEUE_MAX_EXPIRATIONS and the QUEUE_RETENTION_* keys."""
+    """QUEUE_REAPER_PERIOD, QUEUE_MAX_EXPIRATIONS, the QUEUE_RETENTION_* keys and
+    QUEUE_PARTITION_INTERVAL."""
 
     reaper_period: Key[timedelta] = Key(
         "QUEUE_REAPER_PERIOD",
@@ -67,4 +68,20 @@ class MaintenanceKeys(KeyTable):
         section="maintenance",
         example="5m, or 0 for automatic",
         computed=lambda values: _AUTO_RETENTION_PERIOD,
+    )
+    partition_interval: Key[timedelta] = Key(
+        "QUEUE_PARTITION_INTERVAL",
+        v.duration(
+            zero_ok=False,
+            at_least=timedelta(hours=1),
+            why=": every claim reads each partition's index of ready rows, so a shorter one "
+            "makes the claims read hundreds of them",
+        ),
+        "24h",
+        "The span of ids (creation times) each partition of the job table holds; the "
+        "supervisors create them 3 intervals ahead. Retention drops a partition whole once "
+        "its span ended more than QUEUE_RETENTION_TTL ago and all its rows are terminal and "
+        "older than that.",
+        section="maintenance",
+        example="24h, or 1h for a queue of hundreds of millions of jobs a day",
     )

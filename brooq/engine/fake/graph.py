@@ -65,6 +65,7 @@ class FakeGraph(FakeTable):
             locked_until=None,
             idempotency_key=job.idempotency_key,
             priority=job.priority,
+            rate_key=job.rate_key,
             last_error=planned.reason,
             created_at=now,
             updated_at=now,

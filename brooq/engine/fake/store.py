@@ -22,7 +22,7 @@ from brooq.engine.edges import enqueued_twice
 from brooq.engine.fake.recording import RecordingConnection
 from brooq.engine.fake.upkeep import FakeUpkeep
 from brooq.engine.outcome import Outcome, SettleKind
-from brooq.engine.store import Claimed, SettleHookFailed, Ticket
+from brooq.engine.store import Claimed, ClaimedBatch, SettleHookFailed, Ticket
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
     TERMINAL_STATES,
@@ -31,6 +31,7 @@ from brooq.vocabulary import (
     JobRecord,
     NeedsDatabase,
     Node,
+    RateLimit,
     SettleHook,
     State,
     Workflow,
@@ -91,9 +92,10 @@ class InMemoryStore(FakeUpkeep):
         topics: Sequence[str],
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
+        rates: Mapping[str, RateLimit] | None = None,
     ) -> Claimed | None:
         """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -103,10 +105,13 @@ class InMemoryStore(FakeUpkeep):
         lease: timedelta,
         limit: int,
         limits: Mapping[str, int] | None = None,
-    ) -> list[Claimed]:
-        """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits``."""
+        rates: Mapping[str, RateLimit] | None = None,
+    ) -> ClaimedBatch:
+        """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits`` and
+        the ``rates``' buckets (on the store's clock)."""
         with self._lock:
             now, limits = self.now(), limits or {}
+            rates = {t: r for t, r in (rates or {}).items() if t in topics}
             running = Counter(r.topic for r in self.rows.values() if r.state is State.PROCESSING)
             ready = sorted(
                 (
@@ -116,15 +121,56 @@ class InMemoryStore(FakeUpkeep):
                 ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )
-            out: list[Claimed] = []
+            tokens = {
+                (r.topic, r.rate_key or ""): self.buckets.tokens(
+                    (r.topic, r.rate_key or ""), rates[r.topic], now
+                )
+                for r in ready
+                if r.topic in rates
+            }
+            out = ClaimedBatch()
             for row in ready:
                 if len(out) >= limit:
                     break
                 if row.topic in limits and running[row.topic] >= limits[row.topic]:
                     continue
+                at = (row.topic, row.rate_key or "")
+                if at in tokens:
+                    if tokens[at] <= 0:
+                        continue
+                    tokens[at] -= 1
                 running[row.topic] += 1
                 out.append(self._take(row, holder, lease, now))
+            self._spend(out, rates, now)
+            if len(out) < limit:
+                self._note_waits(out, ready, rates, now)
             return out
+
+    def _spend(self, out: ClaimedBatch, rates: Mapping[str, RateLimit], now: datetime) -> None:
+        used = Counter((c.topic, self.rows[c.id].rate_key or "") for c in out if c.topic in rates)
+        for topic in rates:
+            used.setdefault((topic, ""), 0)  # the topic's own bucket records its limit
+        for at, n in used.items():
+            self.buckets.spend(at, rates[at[0]], n, now)
+        for topic in rates:
+            self.buckets.drop_idle(topic, now, [k for t, k in used if t == topic])
+
+    def _note_waits(
+        self,
+        out: ClaimedBatch,
+        ready: list[JobRecord],
+        rates: Mapping[str, RateLimit],
+        now: datetime,
+    ) -> None:
+        """The topics whose buckets ran dry with ready rows left, and when a token comes."""
+        taken = {c.id for c in out}
+        for row in ready:
+            if row.topic not in rates or row.id in taken:
+                continue
+            at, rate = (row.topic, row.rate_key or ""), rates[row.topic]
+            if self.buckets.tokens(at, rate, now) < 1:
+                wait = self.buckets.wait_s(at, rate, now)
+                out.rate_limited[row.topic] = min(out.rate_limited.get(row.topic, wait), wait)
 
     def _take(self, row: JobRecord, holder: str, lease: timedelta, now: datetime) -> Claimed:
         row = replace(
@@ -145,6 +191,12 @@ class InMemoryStore(FakeUpkeep):
             row.priority,
             row.available_at,
         )
+
+    def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
+        """Record each topic's rate limit in its bucket (created full), tokens untouched."""
+        with self._lock:
+            for topic, rate in rates.items():
+                self.buckets.declare((topic, ""), rate, self.now())
 
     def settle(
         self,
@@ -230,17 +282,19 @@ class InMemoryStore(FakeUpkeep):
         """Return held rows to pending and give back their attempt."""
         with self._lock:
             now = self.now()  # one statement in PostgreSQL: one now() for every row
-            return {row.id for t in tickets if (row := self._held(t)) and self._give_back(row, now)}
+            return self._give_back([row for t in tickets if (row := self._held(t))], now)
 
     def release_unknown(self, holder: str, known: Sequence[str]) -> set[str]:
         """Give back every row ``holder`` holds that is not in ``known``."""
         with self._lock:
             keep, now = set(known), self.now()
-            return {
-                row.id
-                for row in list(self.rows.values())
-                if row.state is State.PROCESSING
-                and row.locked_by == holder
-                and row.id not in keep
-                and self._give_back(row, now)
-            }
+            return self._give_back(
+                [
+                    row
+                    for row in self.rows.values()
+                    if row.state is State.PROCESSING
+                    and row.locked_by == holder
+                    and row.id not in keep
+                ],
+                now,
+            )

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from brooq.engine.fake.buckets import Buckets
 from brooq.engine.fake.recording import Executed
 from brooq.engine.results import wait_for_result
 from brooq.engine.store import Ticket
@@ -32,6 +34,8 @@ class FakeTable:
         self.rows: dict[str, JobRecord] = {}
         self.executed: list[Executed] = []
         """Statements that committed settle hooks ran on their RecordingConnection."""
+        self.buckets = Buckets()
+        """The rate limits' buckets (the ``brooq_rate_limit`` table)."""
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
@@ -108,6 +112,7 @@ class FakeTable:
             locked_until=None,
             idempotency_key=job.idempotency_key,
             priority=job.priority,
+            rate_key=job.rate_key,
             last_error=None,
             created_at=now,
             updated_at=now,
@@ -115,7 +120,18 @@ class FakeTable:
         self.rows[row.id] = row
         return Enqueued(row.id, True)
 
-    def _give_back(self, row: JobRecord, now: datetime) -> bool:
+    def _give_back(self, rows: list[JobRecord], now: datetime) -> set[str]:
+        """Return held rows to pending, uncharged; their rate limits' tokens go back too
+        (counted per bucket, as the one statement of PostgreSQL rounds them). A row named
+        twice (the same ticket twice) is given back once, as PostgreSQL updates it once."""
+        rows = list({row.id: row for row in rows}.values())
+        for at, n in Counter((row.topic, row.rate_key or "") for row in rows).items():
+            self.buckets.refund(at, n, now)
+        for row in rows:
+            self._return(row, now)
+        return {row.id for row in rows}
+
+    def _return(self, row: JobRecord, now: datetime) -> None:
         self.rows[row.id] = replace(
             row,
             state=State.PENDING,
@@ -125,4 +141,3 @@ class FakeTable:
             available_at=now,
             updated_at=now,
         )
-        return True

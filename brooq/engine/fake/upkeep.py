@@ -3,17 +3,80 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from brooq.engine.fake.graph import FakeGraph
 from brooq.engine.outcome import clean_reason
-from brooq.engine.store import Requeued, TopicCount
+from brooq.engine.store import DroppedPartition, Requeued, TopicCount
 from brooq.vocabulary import TERMINAL_STATES, JobRecord, Schedule, State, parse_job_id
 
 
 class FakeUpkeep(FakeGraph):
-    """What the supervisor's maintenance and the operators do to the rows, as PostgreSQL does."""
+    """What the supervisor's maintenance and the operators do to the rows, as PostgreSQL does.
+
+    Partitions are ranges of creation time (``created_at`` here, the id's time in
+    PostgreSQL): the first one runs up to the next UTC midnight after the store
+    was made; a row outside every range is in the default partition.
+    """
+
+    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+        super().__init__(clock)
+        first = self.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        self.partitions: list[tuple[str, datetime | None, datetime]] = [
+            ("job_initial", None, first + timedelta(days=1))
+        ]
+        """(name, start, end) of each range partition, oldest first (start None: from the
+        beginning)."""
+
+    def add_partitions(self, step: timedelta, ahead: timedelta, most: int) -> list[str]:
+        """Ranges of ``step`` from the end of the newest up to now + ``ahead`` (a range that
+        lies behind now is widened to now's step), at most ``most``; their names."""
+        if step < timedelta(hours=1):
+            raise ValueError(f"partition step must be at least 1 hour, not {step}")
+        with self._lock:
+            now, made = self.now(), list[str]()
+            start = max(end for _, _, end in self.partitions)
+            while start < now + ahead and len(made) < most:
+                end = start + step
+                if end < now:
+                    end = start + step * -((start - now) // step)
+                name = "job_p" + start.astimezone(UTC).strftime("%Y%m%d_%H%M%S")
+                self.partitions.append((name, start, end))
+                made.append(name)
+                start = end
+            return made
+
+    def drop_partitions(self, ttl: timedelta, most: int) -> list[DroppedPartition]:
+        """Drop ranges that ended more than ``ttl`` ago whose rows are all terminal and
+        settled more than ``ttl`` ago, with their rows (so their keys are free)."""
+        if ttl <= timedelta(0):
+            raise ValueError("retention TTL must be positive; 0 disables retention")
+        with self._lock:
+            cutoff, dropped = self.now() - ttl, list[DroppedPartition]()
+            for name, start, end in list(self.partitions):
+                if len(dropped) >= most or end > cutoff:
+                    continue
+                rows = [
+                    r
+                    for r in self.rows.values()
+                    if (start is None or r.created_at >= start) and r.created_at < end
+                ]
+                if any(
+                    r.state not in TERMINAL_STATES
+                    or r.updated_at >= cutoff
+                    or self._waited_for(r.id)
+                    for r in rows
+                ):
+                    continue  # a live row, one settled within the TTL, or a parent its
+                    # children may still read: the range waits
+                for row in rows:
+                    del self.rows[row.id]
+                    self._forget_edges(row.id)
+                self.partitions.remove((name, start, end))
+                dropped.append(DroppedPartition(name, len(rows)))
+            return dropped
 
     def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
         """Return expired processing rows to pending, counting the expiry; dead at the max."""

@@ -1,4 +1,4 @@
--- depends: 0008.job-expiry-streak
+-- depends: 0009.job-partitions
 
 -- What the handler returned, as JSON, written in the statement that records
 -- `done` (NULL when it returned nothing, and for every other state). It lives

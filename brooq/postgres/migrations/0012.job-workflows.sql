@@ -1,4 +1,4 @@
--- depends: 0010.job-result
+-- depends: 0011.rate-limit
 
 -- Workflows: a job may wait for other jobs (its parents). It is enqueued in the
 -- seventh state, `waiting`, which no claim takes; the statement that ends its last
@@ -37,9 +37,70 @@ CREATE TABLE job_edge (
         CHECK (parent_state IN ('done', 'dead', 'canceled', 'missing'))
 );
 
+-- A partition's waiting rows, found by one probe (retention by partition drop).
+CREATE INDEX job_waiting_idx ON job (id) WHERE state = 'waiting';
+
 -- A child's parents (claim.parents, `brooq job`), and its edges when it is deleted.
 CREATE INDEX job_edge_child_idx ON job_edge (child_id);
 -- The reaper's safety net looks only at edges not resolved yet.
 CREATE INDEX job_edge_open_idx ON job_edge (parent_id) WHERE parent_state IS NULL;
 
 ALTER TABLE job_edge SET (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 100);
+
+-- brooq_job_drop_partition of 0009, knowing workflows: `waiting` is a live state
+-- (a partition holding a waiting row waits), a partition holding a parent whose
+-- child has not ended waits too (the child may read the parent's result), and
+-- the edges of the rows dropped (as children) go with them.
+-- Once across hosts, and each lock waits at most 100ms (as 0009 says).
+CREATE OR REPLACE FUNCTION brooq_job_drop_partition(part regclass, ttl interval)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET lock_timeout = '100ms'
+AS $$
+DECLARE
+    bound text;
+    lo uuid;
+    hi uuid;
+    busy boolean;
+    estimate bigint;
+BEGIN
+    IF ttl IS NULL OR ttl <= interval '0' THEN
+        RAISE EXCEPTION USING MESSAGE = 'retention TTL must be positive, not ' || coalesce(ttl::text, 'null');
+    END IF;
+    SELECT pg_get_expr(c.relpartbound, c.oid), greatest(c.reltuples, 0)::bigint
+    INTO bound, estimate
+    FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = 'job'::regclass AND c.oid = part;
+    IF bound IS NULL OR bound = 'DEFAULT' THEN
+        RETURN NULL;
+    END IF;
+    lo := substring(bound FROM 'FROM \(''([0-9a-f-]+)''\)')::uuid;
+    hi := substring(bound FROM 'TO \(''([0-9a-f-]+)''\)')::uuid;
+    IF hi IS NULL OR hi > brooq_job_bound(now() - ttl) THEN
+        RETURN NULL;
+    END IF;
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('brooq.job_partitions', 0)) THEN
+        RETURN NULL;
+    END IF;
+    -- Nothing reads or writes job while it is checked and dropped: milliseconds.
+    LOCK TABLE ONLY job IN ACCESS EXCLUSIVE MODE;
+    EXECUTE 'SELECT EXISTS (SELECT 1 FROM ' || part || ' WHERE state IN (''pending'', ''failed''))'
+        || ' OR EXISTS (SELECT 1 FROM ' || part || ' WHERE state = ''processing'')'
+        || ' OR EXISTS (SELECT 1 FROM ' || part || ' WHERE state = ''waiting'')'
+        || ' OR EXISTS (SELECT 1 FROM ' || part
+        || ' WHERE state IN (''done'', ''dead'', ''canceled'') AND updated_at >= now() - $1)'
+        INTO busy USING ttl;
+    IF NOT busy THEN
+        SELECT EXISTS (SELECT 1 FROM job_edge AS e JOIN job AS c ON c.id = e.child_id
+                       WHERE (lo IS NULL OR e.parent_id >= lo) AND e.parent_id < hi
+                         AND c.state NOT IN ('done', 'dead', 'canceled'))
+        INTO busy;
+    END IF;
+    IF busy THEN
+        RETURN NULL;
+    END IF;
+    DELETE FROM job_key WHERE (lo IS NULL OR job_id >= lo) AND job_id < hi;
+    DELETE FROM job_edge WHERE (lo IS NULL OR child_id >= lo) AND child_id < hi;
+    EXECUTE 'DROP TABLE ' || part;
+    RETURN estimate;
+END
+$$;

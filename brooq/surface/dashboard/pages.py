@@ -32,10 +32,11 @@ class Pages:
         self.screen = screen
 
     def overview(self, request: Request, ports: DashboardPorts) -> Response:
-        """Counts per topic × state, oldest ready age, throughput, live workers."""
+        """Counts per topic × state, oldest ready age, rate limits, throughput, live workers."""
         inspection = ports.inspection
         depth = inspection.depth()
         ready = inspection.oldest_ready()
+        rates = inspection.rate_limits()
         minutes = inspection.throughput(CHART_WINDOW)
         supervisors, skipped = _live(inspection)
         counts: dict[str, dict[str, int]] = {}
@@ -53,6 +54,7 @@ class Pages:
             states=STATES,
             totals=totals,
             ready=ready,
+            rates=rates,
             unserved=unserved,
             supervisors=supervisors,
             skipped=skipped,

@@ -1,0 +1,231 @@
+"""Every named statement that reads job, planned on a million rows over daily partitions.
+
+The claims read the ready rows of each partition through its part of job_claim_idx,
+merged in claim order (no Seq Scan, no Sort of the table); a statement that names an
+id reads one partition; the fenced settles, heartbeats and releases join by the primary
+key; maintenance reads only through its partial indexes. Statements that do not read
+job are listed with why they are not planned here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql as pgsql
+
+from brooq.postgres.sql import statements
+from tests.integration.partitions import past_layout
+from tests.integration.plans import Layout, explain
+
+pytestmark = pytest.mark.db
+
+ROWS = 1_000_000
+DAYS = 10
+TOPICS = ["email.send", "report.daily", "image.resize"]
+
+NOT_ON_JOB = {
+    "listen_jobs": "LISTEN",
+    "listen_cancels": "LISTEN",
+    "listen_done": "LISTEN",
+    "ping": "SELECT 1",
+    "lock_topic": "an advisory lock",
+    "terminate_cut_backends": "pg_stat_activity",
+    "limit_statement_time": "set_config",
+    "register_supervisor": "brooq_supervisor",
+    "expire_supervisors": "brooq_supervisor",
+    "unregister_supervisor": "brooq_supervisor",
+    "supervisors": "brooq_supervisor",
+    "connection_room": "pg_stat_activity",
+    "schema_facts": "the catalog",
+    "yoyo_table_exists": "the catalog",
+    "yoyo_applied_ids": "_yoyo_migration",
+    "tables_without_dml": "the catalog",
+    "add_partitions": "a function: DDL, planned by the function itself",
+    "drop_partition": "a function: DDL, planned by the function itself",
+    "partitions": "the catalog and statistics",
+}
+CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited"}
+BY_ID = {"settle", "get", "cancel"}
+BY_PRIMARY_KEY = {"settle_many", "heartbeat", "release", "enqueue_one", "enqueue_many"}
+OPERATOR_SCANS = {
+    "depth": "counts every row by topic and state: a whole read by design (bounded by the "
+    "operator reads' statement timeout)",
+    "count_jobs": "an operator's filter of any shape; bounded by the statement timeout",
+    "list_jobs": "an operator's filter of any shape, newest first; bounded likewise",
+    "retry_jobs": "an operator's filter, a batch at a time",
+    "cancel_jobs": "an operator's filter, a batch at a time",
+    "purge_jobs": "an operator's filter, a batch at a time",
+}
+
+
+TYPES = {
+    "id": "uuid", "holder": "text", "attempt": "int", "state": "text", "refund": "int",
+    "retry_in": "interval", "error": "text", "traceback": "text", "reason": "text",
+    "result": "text",
+    "ids": "uuid[]", "holders": "text[]", "attempts": "int[]", "lease": "interval",
+    "outcomes": "text",
+}  # fmt: skip
+"""The parameters' types for PREPARE (psycopg says them when it prepares)."""
+
+
+@pytest.fixture(scope="module")
+def million(admin: psycopg.Connection[Any], server_url: str, template_db: str) -> Iterator[str]:
+    """A migrated database of its own: 1,000,000 rows over daily partitions of the past 10
+    days (95% terminal, 3% pending, 1% failed, 1% processing; half keyed), analyzed."""
+    from tests.conftest import _with_db
+
+    name = f"{template_db}_plans"
+    admin.execute(
+        pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+    )
+    admin.execute(
+        pgsql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            pgsql.Identifier(name), pgsql.Identifier(template_db)
+        )
+    )
+    dsn = _with_db(server_url, name)
+    with psycopg.connect(dsn, autocommit=True) as pg:
+        past_layout(pg, DAYS)
+        seconds = DAYS * 86400 * 0.95 / ROWS
+        pg.execute(
+            "INSERT INTO job (id, topic, payload, state, attempts, available_at, locked_by, "
+            "locked_until, idempotency_key, created_at, updated_at) "
+            "SELECT encode(substring(int8send((extract(epoch FROM t) * 1000)::bigint) FROM 3) "
+            "              || substring(uuid_send(gen_random_uuid()) FROM 7), 'hex')::uuid, "
+            "       (%(topics)s::text[])[1 + i %% 3], '{}'::jsonb, "
+            "       CASE WHEN i %% 100 < 95 THEN (ARRAY['done', 'dead', 'canceled'])[1 + i %% 3] "
+            "            WHEN i %% 100 < 98 THEN 'pending' WHEN i %% 100 < 99 THEN 'failed' "
+            "            ELSE 'processing' END, "
+            "       1, t, CASE WHEN i %% 100 = 99 THEN 'host:1:x' END, "
+            "       CASE WHEN i %% 100 = 99 THEN now() + interval '1 minute' END, "
+            "       CASE WHEN i %% 2 = 0 THEN 'key-' || i END, t, t "
+            "FROM generate_series(1, %(rows)s) AS i, "
+            "     LATERAL (SELECT now() - make_interval(secs => i * %(seconds)s)) AS at(t)",
+            {"topics": TOPICS, "rows": ROWS, "seconds": seconds},
+        )
+        pg.execute(
+            "INSERT INTO job_key SELECT topic, idempotency_key, id FROM job "
+            "WHERE idempotency_key IS NOT NULL"
+        )
+        pg.execute("ANALYZE job")
+        pg.execute("ANALYZE job_key")
+    yield dsn
+    admin.execute(
+        pgsql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(pgsql.Identifier(name))
+    )
+
+
+@pytest.fixture(scope="module")
+def conn(million: str) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(million, autocommit=True) as c:
+        yield c
+
+
+def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
+    ids = [str(r[0]) for r in conn.execute("SELECT id FROM job WHERE state = 'processing' LIMIT 3")]
+    now = datetime.now(UTC)
+    outcomes = [
+        {"id": i, "holder": "host:1:x", "attempt": 1, "state": "done", "refund": 0,
+         "retry_s": 0, "error": None, "traceback": None, "result": None}
+        for i in ids
+    ]  # fmt: skip
+    jobs: list[dict[str, Any]] = [
+        {"id": f"01a00000-0000-7000-8000-00000000000{n}", "topic": "email.send",
+         "payload": {}, "key": f"new-{n}", "at": None, "priority": 0}
+        for n in range(3)
+    ]  # fmt: skip
+    params: dict[str, Any] = {
+        "holder": "host:1:x", "lease": timedelta(seconds=30), "limit": 10, "topic": "report.daily",
+        "topics": TOPICS, "max_running": 5, "id": ids[0], "attempt": 1, "state": "done",
+        "refund": 0, "retry_in": timedelta(0), "error": None, "traceback": None, "result": None,
+        "outcomes": json.dumps(outcomes), "ids": ids, "holders": ["host:1:x"] * 3,
+        "attempts": [1] * 3, "known": ids[:1], "max_expirations": 5, "batch": 1000,
+        "ttl": timedelta(days=3), "reason": None, "key_prefix": "key-1%",
+        "since": timedelta(hours=1),
+        "after_at": None, "after_id": None, "until": None, "most": 4,
+        "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,
+        "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
+        "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
+        "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
+    }  # fmt: skip
+    if name == "declare_rates":
+        params["topics"] = ["report.daily"]
+    if name in {"existing_keys", "free_orphan_keys"}:
+        params["topics"] = ["report.daily", "email.send"]
+    if name in {"list_jobs", "count_jobs", "retry_jobs", "cancel_jobs", "purge_jobs"}:
+        params.update(topics=[], ids=[], since=now - timedelta(hours=1), state=None)
+        if name == "retry_jobs":
+            params["state"] = "dead"
+    return params
+
+
+def test_every_statement_is_planned_or_said_why_not() -> None:
+    planned = set(statements()) - set(NOT_ON_JOB)
+    assert CLAIMS | BY_ID | BY_PRIMARY_KEY | set(OPERATOR_SCANS) <= planned
+
+
+@pytest.mark.parametrize("name", sorted(set(statements()) - set(NOT_ON_JOB)))
+def test_plan_on_a_million_rows(conn: psycopg.Connection[Any], name: str) -> None:
+    layout = Layout(conn)
+    assert len(layout.filled) >= DAYS
+    plan = explain(conn, statements()[name], _params(conn, name))
+    if name in OPERATOR_SCANS:
+        return  # planned (it runs), and may read everything: see OPERATOR_SCANS
+    assert not layout.full_scans(plan), f"{name} reads a whole partition: {layout.full_scans(plan)}"
+    if name in CLAIMS:
+        assert not layout.unbounded_sorts(plan), f"{name} sorts the table"
+        scans = {n["Relation Name"] for n in layout.index_scans(plan, "job_claim_idx")}
+        assert scans >= layout.filled, f"{name}: partitions not read through job_claim_idx"
+    if name in BY_ID:
+        assert len(layout.relations(plan)) == 1, f"{name} reads more than the id's partition"
+        assert layout.index_scans(plan, "job_pkey"), name
+    if name in BY_PRIMARY_KEY:
+        assert layout.index_scans(plan, "job_pkey"), f"{name} does not join by the primary key"
+
+
+@pytest.mark.parametrize("name", ["settle", "get", "cancel", "heartbeat", "settle_many"])
+def test_generic_plans_by_id_read_one_partition_a_row(
+    conn: psycopg.Connection[Any], name: str
+) -> None:
+    """psycopg prepares what it runs often: partitions are then pruned as the plan starts
+    (by id) or per joined row (Subplans Removed, or never executed)."""
+    params = _params(conn, name)
+    statement = statements()[name]
+    order = sorted(set(re.findall(r"%\((\w+)\)s", statement)))
+    for i, p in enumerate(order, start=1):
+        statement = statement.replace(f"%({p})s", f"${i}")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        types = ", ".join(TYPES[p] for p in order)
+        conn.execute(f"PREPARE generic ({types}) AS {statement}")
+        with conn.transaction(force_rollback=True):
+            args = pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order)
+            query = pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic ({})").format(args)
+            row = conn.execute(query).fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        layout = Layout(conn)
+        ran = [
+            n
+            for n in _all(plan)
+            if n.get("Relation Name") in layout.filled and n.get("Actual Loops", 0) > 0
+        ]
+        read = {n["Relation Name"] for n in ran}
+        # One id (settle, get, cancel) is one partition; three ids at most three.
+        assert 1 <= len(read) <= (1 if name in BY_ID else 3), f"{name} read {read}"
+        assert all(n["Node Type"] == "Index Scan" for n in ran), f"{name}: {ran}"
+    finally:
+        conn.execute("DEALLOCATE ALL")
+        conn.execute("RESET plan_cache_mode")
+
+
+def _all(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _all(child)
