@@ -115,18 +115,19 @@ doomed (id) AS (
                 ELSE 'pending' END AS state
     FROM locked AS l JOIN tally AS t ON t.child_id = l.id
 ), released AS (
-    UPDATE job
+    UPDATE job AS child
     SET parents_left = fate.parents_left,
         state = fate.state,
         last_error = CASE WHEN fate.was_waiting AND fate.state = 'canceled'
-                          THEN fate.reason ELSE job.last_error END,
+                          THEN fate.reason ELSE child.last_error END,
         available_at = CASE WHEN fate.was_waiting AND fate.state = 'pending'
-                            THEN GREATEST(job.available_at, now()) ELSE job.available_at END,
+                            THEN GREATEST(child.available_at, now()) ELSE child.available_at END,
         updated_at = CASE WHEN fate.was_waiting AND fate.state <> 'waiting'
-                          THEN now() ELSE job.updated_at END
+                          THEN now() ELSE child.updated_at END
     FROM fate
-    WHERE job.id = fate.id
-    RETURNING job.id, job.topic, job.state, fate.was_waiting AND fate.state <> 'waiting' AS woke
+    WHERE child.id = fate.id
+    RETURNING child.id, child.topic, child.state,
+              fate.was_waiting AND fate.state <> 'waiting' AS woke
 ), woken AS (
     SELECT pg_notify('brooq_job', topic)
     FROM (SELECT DISTINCT topic FROM released WHERE woke AND state = 'pending') AS t
@@ -141,9 +142,12 @@ doomed (id) AS (
 
 -- fragment: waited_for
 -- A row that a child not ended yet was enqueued after: the child may still read it
--- (claim.parents), so retention and purge leave it.
-EXISTS (SELECT FROM job_edge AS e JOIN job AS c ON c.id = e.child_id
-        WHERE e.parent_id = job.id AND c.state NOT IN ('done', 'dead', 'canceled'))
+-- (claim.parents), so retention and purge leave it. The child's state is read by id (a
+-- subquery per edge: one probe of the child's partition, never a scan of job).
+EXISTS (SELECT FROM job_edge AS e
+        WHERE e.parent_id = job.id
+          AND (SELECT c.state FROM job AS c WHERE c.id = e.child_id)
+              NOT IN ('done', 'dead', 'canceled'))
 
 -- fragment: edges_gone
 -- The edges of deleted rows (a `gone` CTE) leave with them; a parent's edges stay while
@@ -1060,8 +1064,8 @@ WITH RECURSIVE unresolved AS (
     SELECT DISTINCT parent_id AS id FROM job_edge WHERE parent_state IS NULL
 ), stranded AS (
     SELECT unresolved.id FROM unresolved
-    WHERE NOT EXISTS (SELECT FROM job WHERE job.id = unresolved.id
-                      AND job.state NOT IN ('done', 'dead', 'canceled'))
+    WHERE COALESCE((SELECT job.state FROM job WHERE job.id = unresolved.id), 'missing')
+          IN ('done', 'dead', 'canceled', 'missing')
     LIMIT %(batch)s
 ), finished AS (
     SELECT job.id, job.state FROM job

@@ -65,12 +65,14 @@ class Layout:
             and self.index_of.get(n.get("Index Name", "")) == of
         ]
 
-    def relations(self, plan: dict[str, Any]) -> set[str]:
-        """The partitions of job the plan reads."""
+    def relations(self, plan: dict[str, Any], alias: str | None = None) -> set[str]:
+        """The partitions of job the plan reads (under ``alias`` only, when given: a
+        statement that also reads other rows of job names them otherwise)."""
         return {
             n["Relation Name"]
             for n, _ in nodes(plan)
             if n.get("Relation Name") in self.partitions - {"job"}
+            and (alias is None or n.get("Alias", "").rsplit("_", 1)[0] == alias)
         }
 
 
