@@ -120,7 +120,9 @@ def enqueue_workflow_on(
     try:
         done = run_steps(conn, graph_steps(nodes, workflow.id, notify, max_payload_bytes))
     except psycopg.errors.UniqueViolation as exc:
-        if exc.diag.constraint_name == "job_pkey" or "job_pkey" in str(exc):
+        # The primary key of job (of the partition that holds the id): its ids exist.
+        table = exc.diag.table_name or ""
+        if table.startswith("job") and table not in ("job_key", "job_edge"):
             raise enqueued_twice(workflow.id) from exc
         raise
     by_id = {n.id: e for n, e in zip(nodes, done, strict=True)}

@@ -283,12 +283,12 @@ def test_status_shows_the_partitions_range_rows_and_size(
     ranges = [p for p in parts if not p["default"]]
     assert all(a["ends"] == b["starts"] for a, b in itertools.pairwise(ranges))
     assert len(ranges) >= 4  # the first, and the days ahead the migration made
-    assert sum(p["rows"] for p in parts) == 8 and all(p["bytes"] > 0 for p in parts)
+    assert sum(p["rows"] for p in parts) == 9 and all(p["bytes"] > 0 for p in parts)
     out = run_status(monkeypatch, capsys, tmp_path, dsn)
     block = out[out.index("partitions:") :]
     assert f"partitions: {len(parts)} (rows are estimates)" in block
     first = next(line for line in block.splitlines() if "job_initial" in line)
-    assert "the first" in first and first.split()[-3] == "8"
+    assert "the first" in first and first.split()[-3] == "9"
     assert "ids outside every range" in block
 
 

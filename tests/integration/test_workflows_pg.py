@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -29,7 +29,8 @@ from brooq.postgres import migrations
 from brooq.postgres.admin import PostgresAdmin
 from brooq.postgres.enqueue import enqueue_on
 from brooq.postgres.store import PostgresStore
-from brooq.vocabulary import Job, State, Workflow
+from brooq.vocabulary import Job, Parent, State, Workflow
+from tests.integration.partitions import DAY, insert_rows, midnight, past_layout
 from tests.integration.test_contract import dead_outcome
 
 pytestmark = pytest.mark.db
@@ -265,3 +266,42 @@ def test_rolling_back_0012_is_refused_while_jobs_wait(
     pg.execute("DELETE FROM job")
     assert migrations.down(dsn, steps=1) == ["0012.job-workflows"]
     assert migrations.up(dsn) == ["0012.job-workflows"]
+
+
+def test_a_partition_drop_keeps_waiting_rows_and_parents_their_children_may_read(
+    pg: psycopg.Connection[Any], pg_store: PostgresStore
+) -> None:
+    """Retention by partition drop: a partition holding a waiting job, or a parent whose
+    child has not ended, stays (a drop never resolves an edge by removing its parent);
+    once the child ended the partition goes, with its rows' edges as children."""
+    days = past_layout(pg, 10)
+    ttl = timedelta(days=3)
+    old = midnight(datetime.now(UTC)) - 9 * DAY + timedelta(hours=1)
+    (parent,) = insert_rows(pg, old, ["done"])  # days[1]: a parent, its child not ended
+    (waiting,) = insert_rows(pg, old + DAY, ["waiting"])  # days[2]: a waiting job
+    (other,) = insert_rows(pg, old + 2 * DAY, ["done"])  # days[3]: the waiting job's parent
+    (child,) = insert_rows(pg, old + 3 * DAY, ["pending"])  # days[4]: the parent's child
+    pg.execute(
+        "UPDATE job SET if_parent_fails = 'cancel', parents_left = 1 WHERE id = %s", (waiting,)
+    )
+    pg.execute(
+        "INSERT INTO job_edge (parent_id, child_id, parent_state) VALUES "
+        "(%s, %s, 'done'), (%s, %s, NULL)",
+        (parent, child, other, waiting),
+    )
+    dropped = {d.name for d in pg_store.drop_partitions(ttl, 20)}
+    assert dropped == {"job_initial", days[0], days[5], days[6]}
+    for name in days[1:4]:  # nor when asked by name
+        row = pg.execute("SELECT brooq_job_drop_partition(%s, %s)", (name, ttl)).fetchone()
+        assert row == (None,), name
+    assert pg_store.parents(child) == {parent: Parent(State.DONE)}
+    # The child ends, the waiting job is canceled: every partition may go, edges with them.
+    pg.execute("UPDATE job SET state = 'done' WHERE id = %s", (child,))
+    assert pg_store.cancel(waiting)
+    pg.execute(
+        "UPDATE job SET updated_at = updated_at - interval '30 days' WHERE id = ANY(%s::uuid[])",
+        ([child, waiting],),
+    )
+    dropped = {d.name for d in pg_store.drop_partitions(ttl, 20)}
+    assert dropped == {days[1], days[2], days[3], days[4]}
+    assert pg.execute("SELECT count(*) FROM job_edge").fetchone() == (0,)
