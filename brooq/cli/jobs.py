@@ -37,12 +37,26 @@ def register(sub: Any) -> None:
         default=0,
         help="higher runs first among ready jobs of a topic (-32768..32767)",
     )
+    p.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="ID",
+        help="wait (state waiting) until this job has ended (repeat for several parents)",
+    )
+    p.add_argument(
+        "--if-parent-fails",
+        choices=("cancel", "run"),
+        default="cancel",
+        help="when a parent ends dead or canceled, or does not exist: cancel this job "
+        "(default) or run it anyway",
+    )
     p.set_defaults(func=cmd_enqueue)
     p = sub.add_parser("job", help="show a job's row (its whole fate), its parents and children")
     p.add_argument("id", help="the job's id (a UUID)")
     p.add_argument("--json", action="store_true", help="the row as one JSON object")
     p.set_defaults(func=cmd_job)
-    p = sub.add_parser("cancel", help="cancel a pending, failed or running job")
+    p = sub.add_parser("cancel", help="cancel a waiting, pending, failed or running job")
     p.add_argument("id", help="the job's id (a UUID)")
     p.add_argument("--reason", help="kept in last_error as 'canceled: REASON'")
     p.set_defaults(func=cmd_cancel)
@@ -110,6 +124,8 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         idempotency_key=args.key,
         available_at=at,
         priority=args.priority,
+        after=[job_id_of(i) for i in args.after],
+        if_parent_fails=args.if_parent_fails,
     )
     store = store_for(settings)
     try:

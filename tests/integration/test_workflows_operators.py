@@ -18,7 +18,7 @@ from brooq.engine.outcome import DONE
 from brooq.metrics import DatabaseCollector
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
-from brooq.vocabulary import Job, Workflow
+from brooq.vocabulary import Job, Parent, State, Workflow
 from tests.dashboard_server import serve_dashboard
 
 pytestmark = pytest.mark.db
@@ -145,3 +145,27 @@ def test_the_dashboard_job_page_lists_parents_and_children(dsn: str, store: Post
         assert listed.status == 200 and a in listed.body and c not in listed.body
         listed = served.request("GET", "/ui/jobs?state=waiting")
         assert c in listed.body and b not in listed.body
+
+
+def test_brooq_enqueue_after_parents(brooq: Run, store: PostgresStore) -> None:
+    (parent,) = store.enqueue_many([Job("etl.extract")])
+    code, out, _ = brooq(
+        "enqueue", "--topic", "report.send", "--payload", "{}", "--after", parent.id
+    )
+    assert code == 0 and json.loads(out)["state"] == "waiting"
+    child = json.loads(out)["id"]
+    code, out, _ = brooq(
+        "enqueue",
+        "--topic",
+        "report.send",
+        "--payload",
+        "{}",
+        "--after",
+        "01900000-0000-7000-8000-000000000009",
+        "--if-parent-fails",
+        "run",
+    )
+    assert code == 0 and json.loads(out)["state"] == "pending"  # a missing parent: it runs
+    code, _, err = brooq("enqueue", "--topic", "t", "--payload", "{}", "--after", "nope")
+    assert code == 2 and "not a job id" in err
+    assert store.parents(child) == {parent.id: Parent(State.PENDING)}
