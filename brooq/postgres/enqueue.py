@@ -99,10 +99,14 @@ class PreparedBatch:
         return {"jobs": "[" + ",".join(rows) + "]", "notify": notify}
 
     def statement(self, which: Sequence[int], notify: bool) -> Statement:
-        """The enqueue statement for jobs ``which``, and its parameters."""
+        """The enqueue statement for jobs ``which``, and its parameters (the keyless
+        variants when no job of ``which`` has an idempotency key: they read nothing)."""
+        keyless = all(self.jobs[i].idempotency_key is None for i in which)
         if len(which) == 1:
-            return sql("enqueue_one"), self.params_one(which[0], notify)
-        return sql("enqueue_many"), self.params_many(which, notify)
+            name = "enqueue_one_keyless" if keyless else "enqueue_one"
+            return sql(name), self.params_one(which[0], notify)
+        name = "enqueue_many_keyless" if keyless else "enqueue_many"
+        return sql(name), self.params_many(which, notify)
 
     def key(self, i: int) -> tuple[str, str | None]:
         """Job ``i``'s (topic, idempotency_key)."""

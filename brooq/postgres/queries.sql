@@ -221,6 +221,39 @@ JOIN (SELECT DISTINCT topic, key FROM input
       WHERE key IS NOT NULL AND id NOT IN (SELECT job_id FROM keyed)) AS wanted
   ON held.topic = wanted.topic AND held.idempotency_key = wanted.key
 
+-- name: enqueue_one_keyless
+-- One job without an idempotency key: nothing to look up, so nothing read from job (a
+-- statement that reads the partitioned job would lock every partition of it each time).
+-- Ids come back as text: what the caller keeps, without parsing a uuid for each.
+WITH inserted AS (
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key)
+    VALUES (%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb,
+            COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
+            %(rate_key)s::text)
+    RETURNING id, topic
+), notified AS (
+    SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
+)
+SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
+{{notify_forced}}
+
+-- name: enqueue_many_keyless
+-- Many jobs without idempotency keys, from one JSON array as enqueue_many: no key to write
+-- or look up.
+WITH inserted AS (
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key)
+    SELECT id, topic, COALESCE(payload, 'null'::jsonb), COALESCE(at, now()), priority, rate_key
+    FROM jsonb_to_recordset(%(jobs)s::jsonb)
+        AS input(id uuid, topic text, payload jsonb, at timestamptz, priority smallint,
+                 rate_key text)
+    RETURNING id, topic
+), notified AS (
+    SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM inserted) t
+    WHERE %(notify)s
+)
+SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
+{{notify_forced}}
+
 -- name: existing_keys
 -- The jobs holding idempotency keys an enqueue did not insert, read anew (a statement of
 -- its own sees the keys of transactions that committed after the enqueue's began).
