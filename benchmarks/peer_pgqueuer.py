@@ -81,7 +81,13 @@ async def drain(dsn: str, jobs: int) -> None:
         print(f"loaded {backend}", flush=True)
         if sys.stdin.readline().strip() != "go":
             raise SystemExit("expected go")
+        # In a transaction of our own, so the clock starts at the commit (the jobs become
+        # visible then), not after pgqueuer has turned 20,000 returned ids into Python
+        # objects: its workers would have been running them meanwhile.
+        transaction = conn.transaction()
+        await transaction.start()
         await queries.enqueue([ENTRYPOINT] * jobs, [b"{}"] * jobs, [0] * jobs)
+        await transaction.commit()
         started = time.perf_counter()
         done_at_start = jobs - await left(conn)
         last, last_change = -1, started

@@ -2,7 +2,7 @@
 
 Every system's clock starts when its first job can be taken (brooq and the
 raw loops: the commit of the jobs, or the signal that releases the raw
-workers; pgqueuer: its enqueue call returned; Celery: the Redis transaction
+workers; pgqueuer: the commit of its enqueue, run in a transaction of the harness; Celery: the Redis transaction
 that puts the loaded messages under the queue's name). The jobs already done
 at that moment are counted at once: by the first poll, on a connection
 opened before (an upper bound), or for Celery inside that same Redis
