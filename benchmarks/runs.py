@@ -2,8 +2,9 @@
 
 Every system's clock starts when its first job can be taken (brooq and the
 raw loops: the commit of the jobs, or the signal that releases the raw
-workers; pgqueuer: the commit of its enqueue, run in a transaction of the harness; Celery: the Redis transaction
-that puts the loaded messages under the queue's name). The jobs already done
+workers; pgqueuer: the commit of its enqueue, run in a transaction of the
+harness; Celery: the Redis transaction that puts the loaded messages under
+the queue's name). The jobs already done
 at that moment are counted at once: by the first poll, on a connection
 opened before (an upper bound), or for Celery inside that same Redis
 transaction (exact). Any count but 0 voids the drain's figure: the run
