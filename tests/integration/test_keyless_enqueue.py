@@ -15,6 +15,7 @@ from brooq.postgres.enqueue import PreparedBatch
 from brooq.postgres.sql import statements
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job, State
+from tests.integration.plans import Layout, explain
 
 pytestmark = pytest.mark.db
 
@@ -101,15 +102,6 @@ def test_keyless_statements_read_no_partition_of_job(
         "jobs": json.dumps([{"id": "01a00000-0000-7000-8000-000000000002", "topic": "t"}]),
     }
     with pg.transaction(force_rollback=True):
-        row = pg.execute("EXPLAIN (FORMAT JSON) " + statements()[name], params).fetchone()
-    assert row is not None
-    scans = [n for n in _nodes(row[0][0]["Plan"]) if "Scan" in n["Node Type"]]
-    read = [n.get("Relation Name") for n in scans if n.get("Relation Name")]
-    assert read == [], f"{name} reads {read}"
-
-
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    out = [plan]
-    for child in plan.get("Plans", []):
-        out += _nodes(child)
-    return out
+        plan = explain(pg, statements()[name], params)
+    read = Layout(pg).relations(plan)
+    assert read == set(), f"{name} reads {read}"

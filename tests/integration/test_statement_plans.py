@@ -21,7 +21,7 @@ from psycopg import sql as pgsql
 
 from brooq.postgres.sql import statements
 from tests.integration.partitions import past_layout
-from tests.integration.plans import Layout, explain
+from tests.integration.plans import Layout, explain, nodes
 
 pytestmark = pytest.mark.db
 
@@ -228,7 +228,7 @@ def test_generic_plans_by_id_read_one_partition_a_row(
         layout = Layout(conn)
         ran = [
             n
-            for n in _all(plan)
+            for n, _ in nodes(plan)
             if n.get("Relation Name") in layout.filled and n.get("Actual Loops", 0) > 0
         ]
         read = {n["Relation Name"] for n in ran}
@@ -238,9 +238,3 @@ def test_generic_plans_by_id_read_one_partition_a_row(
     finally:
         conn.execute("DEALLOCATE ALL")
         conn.execute("RESET plan_cache_mode")
-
-
-def _all(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from _all(child)
