@@ -49,13 +49,9 @@ SIGNAL_OF = {
 CODE_OF = {Interrupt.LEASE_LOST: 1, Interrupt.CANCELED: 2}
 """What the board names for each interrupt (the worker's INTERRUPT_CODES by signal)."""
 
-HORIZON_S = 0.04
+HORIZON_S = 0.004
 """Queue this much expected work behind a worker's running job: more than the parent takes
-to come back to it (the pacer lets half of it go by), so the worker never waits for the
-parent. Beside CPU-bound handlers every tick of the parent takes a core from a handler:
-40 ms rather than 4 ms halves the parent's CPU per job there and drains 2 ms jobs ~7%
-faster (benchmarks/README.md), for a job queued behind others starting up to that much
-later than a free worker would start it."""
+to come back to it (a tick or two), so the worker never waits for the parent."""
 MAX_QUEUED = 64
 """The most jobs sent to one worker and not finished."""
 LONG_JOB_S = 0.05

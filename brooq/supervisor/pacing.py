@@ -19,7 +19,7 @@ MAX_TICK_S = 1.0
 BUSY_TICK_S = 0.1
 """The longest it sleeps while it holds jobs or stops."""
 MIN_GAP_S = 0.001
-MAX_GAP_S = 0.04
+MAX_GAP_S = 0.02
 """While workers report, the loop runs at most every MIN_GAP_S, and less often while their
 queues hold more work (up to MAX_GAP_S)."""
 HOUSEKEEPING_S = 0.05
