@@ -21,6 +21,7 @@ from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed, Ticket, TopicCount
 from brooq.postgres.dsn import dsn_passwords, scrub
 from brooq.vocabulary import JobRecord, State, decode_stored_payload
+from brooq.vocabulary.secrets import scrub_json
 
 Row = tuple[Any, ...]
 """A row as psycopg's default row factory returns it."""
@@ -86,14 +87,16 @@ def passwords_of(source: str | ConnectionPool | psycopg.Connection[Any]) -> list
 
 
 def hidden(outcome: Outcome, secrets: Sequence[str]) -> Outcome:
-    """``outcome`` with DSN passwords hidden in its error and traceback: a handler that
-    failed to connect somewhere often quotes the DSN, password and all."""
-    if outcome.error is None and outcome.traceback is None:
+    """``outcome`` with DSN passwords and known secrets hidden in its error, traceback and
+    result: a handler that failed to connect somewhere often quotes the DSN, password and
+    all, and one may return its environment. The result stays valid JSON."""
+    if outcome.error is None and outcome.traceback is None and outcome.result is None:
         return outcome
     return replace(
         outcome,
         error=outcome.error and scrub(outcome.error, secrets),
         traceback=outcome.traceback and scrub(outcome.traceback, secrets),
+        result=outcome.result and scrub_json(outcome.result, secrets),
     )
 
 

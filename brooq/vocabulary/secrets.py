@@ -8,8 +8,10 @@ Connection strings themselves (parsing, redacting one) are
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import unquote
 
 REDACTED = "***"
@@ -98,3 +100,46 @@ def scrub(text: str, secrets: Iterable[str | None] = ()) -> str:
             whole = re.compile(_VALUE_BEFORE + re.escape(secret) + _VALUE_AFTER, re.M)
             out = whole.sub(REDACTED, out)
     return out
+
+
+_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def scrub_json(text: str, secrets: Iterable[str | None] = ()) -> str:
+    """JSON text (a handler's result) with every password and known secret hidden in its
+    strings, keys included, as :func:`scrub` hides them; still valid JSON.
+
+    Each string is scrubbed on its own, decoded: a pattern run over the whole text
+    could reach across the JSON around it (a URL's ``\\S*@`` does) or miss a
+    secret that JSON escaped. Text that holds no escape and that :func:`scrub`
+    leaves whole is returned unchanged without being decoded. Text nested deeper
+    than this stack can decode becomes one JSON string, the text scrubbed whole:
+    never a secret, never JSON that PostgreSQL would refuse.
+    """
+    wanted = tuple(secrets)
+    if "\\" not in text and scrub(text, wanted) == text:
+        return text
+    try:
+        root = json.loads(text)
+    except RecursionError:
+        return _JSON.encode(scrub(text, wanted))
+    if isinstance(root, str):
+        return _JSON.encode(scrub(root, wanted))
+    # In place and without recursion: a result may nest as deep as JSON lets it.
+    stack: list[Any] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                if isinstance(item, str):
+                    node[i] = scrub(item, wanted)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+        elif isinstance(node, dict):
+            items = list(node.items())
+            node.clear()
+            for key, item in items:
+                node[scrub(key, wanted)] = scrub(item, wanted) if isinstance(item, str) else item
+                if isinstance(item, list | dict):
+                    stack.append(item)
+    return _JSON.encode(root)

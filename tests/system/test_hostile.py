@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -600,3 +601,83 @@ def test_workers_that_boot_then_crash_back_off(supervise: Callable[..., Supervis
     assert not sup.exited()
     # Between two short lives the slot is down: /healthz says so (a live one may answer 200).
     wait_until(lambda: get(f"{http(sup)}/healthz")[0] == 503, 6, "/healthz to be 503")
+
+
+# --- issue 32, item 3: results that carry secrets --------------------------------------------
+
+
+def login(base: str) -> str:
+    """A session cookie of the dashboard at ``base`` (``name=value``), logged in with TOKEN."""
+    request = urllib.request.Request(
+        f"{base}/ui/login",
+        data=urllib.parse.urlencode({"token": TOKEN}).encode(),
+        headers={"Origin": base},
+    )
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=5) as answer:
+            cookie = answer.headers["Set-Cookie"]
+    except urllib.error.HTTPError as error:  # the 303 after a login
+        cookie = error.headers["Set-Cookie"]
+    assert cookie, "the login set no cookie"
+    return str(cookie).split(";")[0]
+
+
+def page(url: str, cookie: str) -> str:
+    """The HTML of a dashboard page read with the session ``cookie``."""
+    request = urllib.request.Request(url, headers={"Cookie": cookie})
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+@pytest.mark.timeout(90)
+def test_a_result_that_carries_secrets_is_stored_scrubbed(
+    pg: psycopg.Connection[Any],
+    secret_dsn: str,
+    tmp_path: Path,
+    supervise: Callable[..., Supervisor],
+) -> None:
+    # Issue 32, item 3: a handler returning its environment stored the DSN's password
+    # and BROOQ_TOKEN in job.result, shown by every reader of the job.
+    topics = ["result.environment", "result.environment-effect"]
+    ids = {topic: insert_jobs(pg, topic, [{}])[0] for topic in topics}
+    sup = supervise(
+        "--workers",
+        "1",
+        "--poll-interval",
+        "100ms",
+        app=APP,
+        env={"DATABASE_URL": secret_dsn, "BROOQ_TOKEN": TOKEN},
+    )
+    sup.wait_children(1)
+    wait_until(lambda: settled(pg, list(ids.values())), 30, "the result.* jobs to settle")
+    base = http(sup)
+    cookie = login(base)
+    for topic, job_id in ids.items():
+        got = pg.execute(
+            "SELECT state, result::text, result->'env'->>'BROOQ_TOKEN', result->'note'->>0 "
+            "FROM job WHERE id = %s",
+            (job_id,),
+        ).fetchone()
+        assert got is not None and got[0] == "done", (topic, got)
+        stored = got[1]
+        for secret in (SECRET, TOKEN):
+            assert secret not in stored, (topic, secret)
+        # Still JSON, scrubbed string by string: the token's value hidden, the URL kept.
+        assert got[2] == "***", (topic, got[2])
+        assert got[3].startswith("connected to postgresql://") and ":***@" in got[3], got[3]
+        shown = run_cli(secret_dsn, tmp_path, "job", job_id)
+        as_json = run_cli(secret_dsn, tmp_path, "job", job_id, "--json")
+        assert shown.returncode == 0 and as_json.returncode == 0, shown.stderr + as_json.stderr
+        assert json.loads(as_json.stdout)["result"]["env"]["BROOQ_TOKEN"] == "***"
+        status, body = get(f"{base}/jobs/{job_id}", TOKEN)
+        assert status == 200 and body["result"]["env"]["BROOQ_TOKEN"] == "***", body
+        html = page(f"{base}/ui/jobs/{job_id}", cookie)
+        assert "BROOQ_TOKEN" in html, "the page does not show the result"
+        for text in (shown.stdout, as_json.stdout, json.dumps(body), html):
+            assert SECRET not in text and TOKEN not in text, topic
+    assert healthy(sup)

@@ -4,12 +4,13 @@ token above all, wherever it appears, in every text of the process that knows it
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
 
 from brooq.vocabulary import secrets
-from brooq.vocabulary.secrets import scrub
+from brooq.vocabulary.secrets import scrub, scrub_json
 
 TOKEN = "Zq9-operator-token-0123456789abcdef"
 
@@ -60,3 +61,40 @@ def test_secrets_the_process_was_given_are_hidden_in_every_text_without_naming_t
     secrets.hide_everywhere([TOKEN, "brooq", None, ""])
     assert scrub(text) == "RuntimeError: env has *** and password: ***"
     assert secrets.known_secrets() == (TOKEN, "brooq")
+
+
+def test_a_result_is_scrubbed_string_by_string_and_stays_json() -> None:
+    # Issue 32, item 3: a result is JSON text; each string is scrubbed on its own.
+    value = {
+        "dsn": "postgresql://u:pw-1234567@db/x",
+        "next": "x@y",  # a URL pattern over the whole text would eat up to this "@"
+        TOKEN: [f'say "{TOKEN}"', 'quoted "pass\\word"'],
+        "deep": [[[{"k": TOKEN}]]],
+        "n": 1.5,
+        "ok": None,
+    }
+    text = json.dumps(value, separators=(",", ":"))
+    got = json.loads(scrub_json(text, [TOKEN, "pass\\word"]))
+    assert got == {
+        "dsn": "postgresql://u:***@db/x",
+        "next": "x@y",
+        "***": ['say "***"', 'quoted "***"'],
+        "deep": [[[{"k": "***"}]]],
+        "n": 1.5,
+        "ok": None,
+    }
+
+
+def test_a_result_without_secrets_is_kept_as_written() -> None:
+    text = '{"sum":3,"words":["a","b"]}'
+    assert scrub_json(text, [TOKEN]) is text
+    assert scrub_json(json.dumps(TOKEN), [TOKEN]) == '"***"'
+
+
+def test_a_result_nested_as_deep_as_json_allows_is_scrubbed() -> None:
+    # Deeper than a recursive walk could go: walked without recursion.
+    text = "[" * 600 + json.dumps(TOKEN) + "]" * 600
+    assert scrub_json(text, [TOKEN]) == "[" * 600 + '"***"' + "]" * 600
+    # Deeper than this stack can decode: one string, scrubbed, still JSON.
+    deeper = "[" * 5000 + json.dumps(TOKEN) + "]" * 5000
+    assert json.loads(scrub_json(deeper, [TOKEN])) == "[" * 5000 + '"***"' + "]" * 5000

@@ -10,6 +10,9 @@
   that raises KeyboardInterrupt, 10 MB, terminal escapes and line separators,
   the DSN and its password, the environment, words that hold the test
   cluster's password ``brooq``);
+- ``result.environment``: returns the whole environment (``dict(os.environ)``) and a
+  string that quotes the DSN; ``result.environment-effect`` the same with an
+  ``on_succeeded`` hook (its worker settles it on its own connection);
 - ``fork.grandchild``: forks a process that ignores SIGTERM and sleeps (in a
   session of its own when the payload says ``setsid``); its pid goes to the
   file named by the payload's ``pidfile``;
@@ -96,6 +99,17 @@ def environment_in_error(claim: brooq.Claim) -> None:
     raise RuntimeError(f"bad configuration: {shown}")
 
 
+def environment_as_result(claim: brooq.Claim) -> Any:
+    """What a careless handler returns: its environment, secrets and all."""
+    return {"env": dict(os.environ), "note": [f"connected to {DSN} as planned"]}
+
+
+def environment_as_result_with_effect(claim: brooq.Claim) -> Any:
+    """The same, settled with an effect in the worker's own transaction."""
+    claim.on_succeeded(lambda conn: conn.execute("SELECT 1"))
+    return environment_as_result(claim)
+
+
 def fork_grandchild(claim: brooq.Claim) -> None:
     """Leave a process behind that ignores SIGTERM (and keeps the worker's title)."""
     pid = os.fork()
@@ -156,5 +170,7 @@ queue.register(
     _raise(RuntimeError("brooq.Delay(5) is no error of /srv/brooq/engine/executor.py")),
     max_attempts=1,
 )
+queue.register("result.environment", environment_as_result, max_attempts=1)
+queue.register("result.environment-effect", environment_as_result_with_effect, max_attempts=1)
 queue.register("fork.grandchild", fork_grandchild, max_attempts=1)
 queue.register("fork.escape-twice", escape_twice, max_attempts=1)
