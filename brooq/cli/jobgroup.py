@@ -198,11 +198,20 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     admin = _admin(settings)
     try:
-        canceled = admin.cancel_many(where, reason)
+        done = admin.cancel_many(where, reason)
     finally:
         admin.close()
-    _report(args, "canceled", canceled)
-    return Exit.FAILED if where.ids and not canceled else 0
+    _report(args, "canceled", done.canceled, left=done.left)
+    if done.left:
+        print(
+            f"{done.left} matching job{'s were' if done.left != 1 else ' was'} not canceled: "
+            "locked by another transaction through every pass (a worker claiming them, an "
+            "open transaction), or enqueued meanwhile; list them with `brooq jobs list` "
+            "and run the command again",
+            file=sys.stderr,
+        )
+        return Exit.FAILED
+    return Exit.FAILED if where.ids and not done.canceled else 0
 
 
 def _cancel_workflow(

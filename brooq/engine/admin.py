@@ -15,6 +15,7 @@ touch in its own statement, so no caller can make it change a live row:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from brooq.engine.filters import JobFilter
@@ -27,6 +28,17 @@ BATCH = 1000
 """Rows changed per transaction: no bulk action holds many row locks for long."""
 
 
+@dataclass(frozen=True)
+class BulkCancel:
+    """What a bulk cancel did: ``canceled`` rows, and ``left``: rows the filter still
+    matches in a cancelable state that it could not take (locked by another transaction
+    that held them through every pass, or enqueued meanwhile); 0 when a limit was
+    reached first."""
+
+    canceled: int
+    left: int = 0
+
+
 class Admin(Protocol):
     """What operators change. Each method returns how many rows it changed."""
 
@@ -35,9 +47,9 @@ class Admin(Protocol):
         the ids retried."""
         ...
 
-    def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
-        """Cancel the waiting, pending or failed jobs ``where`` matches (``where.state`` if
-        given)."""
+    def cancel_many(self, where: JobFilter, reason: str | None = None) -> BulkCancel:
+        """Cancel every waiting, pending or failed job ``where`` matches (``where.state`` if
+        given) that is not locked, and say how many were left."""
         ...
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -9,7 +10,14 @@ from typing import Any
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from brooq.engine.admin import BATCH, CANCELABLE, PURGEABLE, RETRYABLE, require_state
+from brooq.engine.admin import (
+    BATCH,
+    CANCELABLE,
+    PURGEABLE,
+    RETRYABLE,
+    BulkCancel,
+    require_state,
+)
 from brooq.engine.filters import JobFilter
 from brooq.engine.outcome import clean_reason
 from brooq.postgres.connect import Connector, Source
@@ -18,6 +26,10 @@ from brooq.vocabulary import parse_job_id
 
 MAX_BATCHES = 10_000
 """A bound on any loop here: 10 million rows per call at most."""
+CANCEL_RETRY_PAUSES_S = (0.25, 0.5, 1.0, 2.0)
+"""After its batches, a bulk cancel that left rows (passed over locked) waits this long
+and passes again, each in turn: a claim or a short transaction lets them go in milliseconds;
+what is still locked after the last pause (3.75 s in all) is reported, not waited for."""
 
 
 class PostgresAdmin:
@@ -83,10 +95,14 @@ class PostgresAdmin:
         self._batches(where.limit, batch)
         return ids
 
-    def cancel_many(self, where: JobFilter, reason: str | None = None) -> int:
-        """Cancel the pending or failed jobs ``where`` matches; how many.
+    def cancel_many(self, where: JobFilter, reason: str | None = None) -> BulkCancel:
+        """Cancel every pending or failed job ``where`` matches that is not locked; how many,
+        and how many were left.
 
-        ``reason`` is checked and bounded as a single cancel's (InvalidJob).
+        A batch passes over rows another transaction holds (SKIP LOCKED: a worker's claim,
+        an open transaction), so a short batch does not mean the end: while rows are left,
+        it waits (CANCEL_RETRY_PAUSES_S) and passes again. ``reason`` is checked and
+        bounded as a single cancel's (InvalidJob).
         """
         if where.state is not None:
             require_state(where, CANCELABLE, "cancel")
@@ -97,7 +113,23 @@ class PostgresAdmin:
             row = conn.execute(sql("cancel_jobs"), params).fetchone()
             return int(row[0]) if row else 0
 
-        return self._batches(where.limit, batch)
+        canceled = self._batches(where.limit, batch)
+        for pause in CANCEL_RETRY_PAUSES_S:
+            left = self._cancelable_left(where, canceled)
+            if not left:
+                return BulkCancel(canceled)
+            time.sleep(pause)
+            canceled += self._batches(where.limit - canceled if where.limit else 0, batch)
+        return BulkCancel(canceled, self._cancelable_left(where, canceled))
+
+    def _cancelable_left(self, where: JobFilter, canceled: int) -> int:
+        """The rows a bulk cancel that has canceled ``canceled`` could still take."""
+        if where.limit and canceled >= where.limit:
+            return 0
+        with self.connector.connection() as conn:
+            row = conn.execute(sql("count_cancelable"), where.params()).fetchone()
+        left = int(row[0]) if row else 0
+        return min(left, where.limit - canceled) if where.limit else left
 
     def purge(self, where: JobFilter) -> int:
         """Delete the terminal rows ``where`` matches in ``where.state``; how many."""

@@ -864,6 +864,12 @@ WITH RECURSIVE picked AS (
 SELECT count(*) AS canceled FROM canceled
 WHERE {{resolve_forced}}
 
+-- name: count_cancelable
+-- What a bulk cancel's filter still matches in a state it may cancel, after its batches:
+-- rows another transaction kept locked (SKIP LOCKED passed them), or enqueued since.
+SELECT count(*) AS jobs FROM job
+WHERE {{job_filter}} AND state IN ('waiting', 'pending', 'failed')
+
 -- name: purge_jobs
 -- One batch of an operator's purge: terminal rows only, whatever the filter says, and
 -- their keys and their edges; a parent whose children have not ended stays, as with
