@@ -18,6 +18,7 @@ from brooq.supervisor.children import ChildProcess
 from brooq.surface.dashboard import Dashboard
 from brooq.surface.dashboard.pool import PortPool
 from brooq.surface.dashboard.ports import close_ports, postgres_ports
+from brooq.surface.guard import GuessThrottle
 from brooq.surface.service import HealthBoard, ServiceSurface
 
 DATABASE_SILENT_S = 10.0
@@ -52,6 +53,7 @@ class Surface:
         if not settings.http_addr:
             return None
         board = HealthBoard()
+        throttle = GuessThrottle()  # one count of wrong tokens for /jobs and /ui alike
         ports = postgres_ports(dsn)  # the dashboard's own connections, never the loop's
         service = ServiceSurface(
             settings.http_addr,
@@ -63,7 +65,10 @@ class Surface:
             allow_remote=settings.http_allow_remote,
             allowed_hosts=settings.http_allowed_hosts or (),
             collectors=[prom.WorkersCollector(workers, topics)],
-            more_routes=Dashboard(ports, settings.token, remote=settings.http_allow_remote).routes,
+            more_routes=Dashboard(
+                ports, settings.token, remote=settings.http_allow_remote, throttle=throttle
+            ).routes,
+            throttle=throttle,
         )
         surface = cls(service, board)
         surface.ports = ports

@@ -5,13 +5,25 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import logging
+import math
+import threading
+import time
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from brooq.config import values
 from brooq.surface.wire import Request, Response
 from brooq.vocabulary import InvalidInput
 
+log = logging.getLogger("brooq.surface")
+
 MIN_TOKEN_BYTES = values.MIN_TOKEN_BYTES
+FAILED_GUESSES_PER_CLIENT = 5
+FAILED_GUESS_WINDOW_S = 60.0
+"""Past this many wrong tokens from one address in this window, its wrong tokens are 429."""
+MAX_CLIENTS_TRACKED = 4096
+"""Addresses whose failures are remembered at most; past this the quietest is forgotten."""
 
 
 class SurfaceConfigError(InvalidInput):
@@ -133,13 +145,80 @@ def token_matches(given: str, token: str) -> bool:
     return hmac.compare_digest(_digest(given), _digest(token))
 
 
-def refuse_unless_bearer(request: Request, token: str | None) -> Response | None:
+def client_address(request: Request) -> str:
+    """The address of ``request``'s client, without its port."""
+    return request.client.rpartition(":")[0] or request.client
+
+
+class GuessThrottle:
+    """Wrong tokens per client address over a sliding window: bounded, logged, never a lockout.
+
+    Every wrong token (a login, a bearer header) is counted against its
+    address. Up to FAILED_GUESSES_PER_CLIENT a window, each is logged at
+    warning (address and path, never the token); past it one
+    ``TokenGuessesThrottled`` line says so and the address's wrong tokens are
+    answered 429 with Retry-After. The right token is never refused, throttled
+    or not: everyone behind one proxy, or every local user on loopback, shares
+    an address, so refusing it would let any of them lock the operator out;
+    and a token of 32 bytes or more (the least brooq accepts) cannot be
+    guessed at any rate, so refusing it would protect nothing. Safe to share
+    between threads (the service endpoints and the dashboard share one).
+    """
+
+    def __init__(
+        self,
+        per_client: int = FAILED_GUESSES_PER_CLIENT,
+        window_s: float = FAILED_GUESS_WINDOW_S,
+        max_clients: int = MAX_CLIENTS_TRACKED,
+    ) -> None:
+        self.per_client, self.window_s, self.max_clients = per_client, window_s, max_clients
+        self._by_client: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def failed(self, request: Request, event: str) -> float:
+        """Count one wrong token of ``request``'s client and log it as ``event`` while under
+        the bound; the seconds its wrong tokens are refused from now on (0: not throttled)."""
+        client, now = client_address(request), time.monotonic()
+        with self._lock:
+            seen = self._by_client.pop(client, None) or deque()
+            while seen and seen[0] <= now - self.window_s:
+                seen.popleft()
+            was_throttled = len(seen) > self.per_client
+            seen.append(now)
+            while len(seen) > self.per_client + 1:
+                seen.popleft()  # only the last per_client + 1 matter for the bound
+            self._by_client[client] = seen
+            while len(self._by_client) > self.max_clients:
+                self._by_client.popitem(last=False)
+            count, first = len(seen), seen[0]
+        fields = {"client": client, "path": request.path}
+        if count <= self.per_client:
+            log.warning("wrong token from %s", client, extra={"event": event, **fields})
+            return 0.0
+        wait = max(0.1, first + self.window_s - now)
+        if not was_throttled:  # one line as it starts, not one per wrong token
+            log.warning(
+                "more than %d wrong tokens from %s within %gs: its wrong tokens are answered "
+                "429 (the right token is still accepted)",
+                self.per_client,
+                client,
+                self.window_s,
+                extra={"event": "TokenGuessesThrottled", **fields},
+            )
+        return wait
+
+
+def refuse_unless_bearer(
+    request: Request, token: str | None, throttle: GuessThrottle | None = None
+) -> Response | None:
     """None when ``request`` carries ``Authorization: Bearer <token>``; else the refusal.
 
     404 when no token is configured (the guarded endpoints do not exist),
     400 for two Authorization headers (which one would a proxy have checked?),
     401 with ``WWW-Authenticate: Bearer`` for a missing or wrong token. The
-    scheme is case-insensitive (RFC 7235).
+    scheme is case-insensitive (RFC 7235). A wrong one is counted by
+    ``throttle`` (logged; 429 with Retry-After past its bound); a missing
+    one is no guess.
     """
     if not token:
         return Response.json(
@@ -149,10 +228,17 @@ def refuse_unless_bearer(request: Request, token: str | None) -> Response | None
     if len(values) > 1:
         return Response.json(400, {"error": "more than one Authorization header"})
     scheme, _, credentials = (values[0] if values else "").strip().partition(" ")
-    if scheme.lower() != "bearer" or not token_matches(credentials.strip(" "), token):
+    if scheme.lower() == "bearer" and token_matches(credentials.strip(" "), token):
+        return None
+    wait = throttle.failed(request, "BearerTokenRejected") if throttle and values else 0.0
+    if wait > 0:
         return Response.json(
-            401,
-            {"error": "missing or wrong bearer token"},
-            headers=[("WWW-Authenticate", 'Bearer realm="brooq"')],
+            429,
+            {"error": "too many wrong tokens from this address; try again later"},
+            headers=[("Retry-After", str(math.ceil(wait)))],
         )
-    return None
+    return Response.json(
+        401,
+        {"error": "missing or wrong bearer token"},
+        headers=[("WWW-Authenticate", 'Bearer realm="brooq"')],
+    )

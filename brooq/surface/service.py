@@ -19,7 +19,7 @@ from brooq import metrics as prom
 from brooq.osproc import no_fork
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
-from brooq.surface.guard import check_bind, parse_addr, refuse_unless_bearer
+from brooq.surface.guard import GuessThrottle, check_bind, parse_addr, refuse_unless_bearer
 from brooq.surface.router import Router
 from brooq.surface.server import Limits, SurfaceServer
 from brooq.surface.wire import Request, Response
@@ -74,6 +74,8 @@ class ServiceEndpoints:
     get_job: Callable[[str], dict[str, Any]]
     cancel_job: Callable[[str], dict[str, Any]]
     token: str | None
+    throttle: GuessThrottle | None = None
+    """Counts (and logs) wrong bearer tokens; shared with the dashboard of the same server."""
 
 
 def service_routes(router: Router, endpoints: ServiceEndpoints) -> Router:
@@ -87,10 +89,10 @@ def service_routes(router: Router, endpoints: ServiceEndpoints) -> Router:
         return Response.json(200 if ok else 503, {"ok": ok, "reason": reason})
 
     def get_job(request: Request) -> Response:
-        return _guarded(request, endpoints.token, endpoints.get_job)
+        return _guarded(request, endpoints, endpoints.get_job)
 
     def cancel_job(request: Request) -> Response:
-        return _guarded(request, endpoints.token, endpoints.cancel_job)
+        return _guarded(request, endpoints, endpoints.cancel_job)
 
     router.add("GET", "/metrics", metrics)
     router.add("GET", "/healthz", healthz)
@@ -100,9 +102,9 @@ def service_routes(router: Router, endpoints: ServiceEndpoints) -> Router:
 
 
 def _guarded(
-    request: Request, token: str | None, call: Callable[[str], dict[str, Any]]
+    request: Request, endpoints: ServiceEndpoints, call: Callable[[str], dict[str, Any]]
 ) -> Response:
-    refusal = refuse_unless_bearer(request, token)
+    refusal = refuse_unless_bearer(request, endpoints.token, endpoints.throttle)
     if refusal is not None:
         return refusal
     try:
@@ -126,7 +128,8 @@ class ServiceSurface:
     within about a second. A request whose ``Host`` names neither the
     address nor one of ``allowed_hosts`` is answered 421, but on /healthz
     and /metrics.
-    ``more_routes`` may add routes (a dashboard) to the same server.
+    ``more_routes`` may add routes (a dashboard) to the same server; give it
+    the same ``throttle``, so that wrong tokens count once wherever they are sent.
     """
 
     def __init__(
@@ -144,6 +147,7 @@ class ServiceSurface:
         gauge_timeout: timedelta = GAUGE_TIMEOUT,
         collectors: Sequence[Any] = (),
         more_routes: Callable[[Router], object] | None = None,
+        throttle: GuessThrottle | None = None,
     ) -> None:
         check_bind(parse_addr(addr)[0], token, allow_remote)
         # Never the loop's connections: psycopg connections are not shared between threads.
@@ -156,6 +160,7 @@ class ServiceSurface:
             get_job=self.get_job,
             cancel_job=self.cancel_job,
             token=token,
+            throttle=throttle or GuessThrottle(),
         )
         router = service_routes(Router(), endpoints)
         if more_routes is not None:

@@ -201,6 +201,35 @@ def test_logout_ends_the_session_and_needs_its_csrf_token(guarded: Served) -> No
     assert replayed.status == 401
 
 
+def test_no_page_of_another_site_and_no_guesser_locks_the_operator_out(guarded: Served) -> None:
+    # Issue 32, item 6: five wrong tokens posted from any page (no Origin check on the
+    # login) got the right token a 429 for 60 s.
+    evil = {"Origin": "http://evil.example"}
+    for _ in range(8):
+        answer = guarded.request("POST", "/ui/login", {"token": "guess"}, evil)
+        assert answer.status == 403 and "another site" in answer.body
+    refused = guarded.request("POST", "/ui/login", {"token": TOKEN}, evil)
+    assert refused.status == 403 and "Set-Cookie" not in refused.headers
+    referer = {"Referer": "http://evil.example/page"}
+    assert guarded.request("POST", "/ui/login", {"token": "guess"}, referer).status == 403
+    # None of them counted: the operator logs in at once, from this page.
+    assert login(guarded)
+    # Guesses from the operator's own address (a shared proxy, loopback) are throttled,
+    # yet the right token still logs in.
+    same = {"Origin": guarded.url}
+    statuses = [guarded.request("POST", "/ui/login", {"token": "guess"}, same).status]
+    statuses += [guarded.request("POST", "/ui/login", {"token": "guess"}).status for _ in range(6)]
+    assert statuses == [401] * 5 + [429] * 2
+    throttled = guarded.request("POST", "/ui/login", {"token": "guess"})
+    assert throttled.status == 429 and int(throttled.headers["Retry-After"]) > 0
+    assert login(guarded)
+    # Wrong bearer tokens count against the same address: 429, the right one still reads.
+    wrong = guarded.request("GET", "/ui/jobs", headers={"Authorization": "Bearer guess"})
+    assert wrong.status == 429 and int(wrong.headers["Retry-After"]) > 0
+    right = guarded.request("GET", "/ui/jobs", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert right.status == 200
+
+
 def test_a_host_that_names_another_server_is_421(guarded: Served, dsn: str) -> None:
     # Issue 22, item 6: DNS rebinding sends the attacker's name as Host.
     port = guarded.address.rsplit(":", 1)[1]

@@ -12,7 +12,6 @@ import pytest
 from brooq.engine.inspection import MinuteCount
 from brooq.surface.dashboard.access import (
     COOKIE,
-    FAILED_LOGINS_PER_CLIENT,
     Access,
     Sessions,
     Verdict,
@@ -20,6 +19,7 @@ from brooq.surface.dashboard.access import (
 )
 from brooq.surface.dashboard.forms import query_filter, redirect
 from brooq.surface.dashboard.render import chart, environment, page
+from brooq.surface.guard import FAILED_GUESSES_PER_CLIENT
 from brooq.surface.wire import Request
 from brooq.vocabulary import InvalidInput, State
 
@@ -85,21 +85,59 @@ def test_a_session_ends_at_logout_which_needs_its_csrf_token_and_at_its_expiry()
     assert access.verdict(request([short])) is Verdict.ANONYMOUS
 
 
-def test_failed_logins_are_rate_limited_and_logged_at_warning(
+def test_failed_logins_are_throttled_per_address_and_never_refuse_the_right_token(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Issue 32, item 6: past 5 failures the right token got 429 too, for a minute, and
+    # 20 failures from anywhere locked out every address.
+    access = Access(TOKEN)
+    with caplog.at_level(logging.INFO, logger="brooq.surface"):
+        answers = [access.login(request(), "guess") for _ in range(FAILED_GUESSES_PER_CLIENT + 2)]
+        assert [a.status for a in answers] == [401] * FAILED_GUESSES_PER_CLIENT + [429] * 2
+        assert answers[-1].cookie is None and answers[-1].retry_after_s > 50
+        assert access.login(request(), TOKEN).cookie is not None  # throttled, yet let in
+        for n in range(30):  # no bound over all addresses that one could fill
+            access.login(request(client=f"10.1.0.{n}:4000"), "guess")
+        assert access.login(request(client="10.2.0.1:4000"), "guess").status == 401
+        assert access.login(request(client="10.2.0.2:4000"), TOKEN).cookie is not None
+    failed = [
+        r
+        for r in caplog.records
+        if getattr(r, "event", "") == "DashboardLoginFailed" and r.client == "10.0.0.1"  # type: ignore[attr-defined]
+    ]
+    assert len(failed) == FAILED_GUESSES_PER_CLIENT
+    assert all(r.levelno == logging.WARNING for r in failed)
+    throttled = [r for r in caplog.records if getattr(r, "event", "") == "TokenGuessesThrottled"]
+    assert [r.client for r in throttled if r.client == "10.0.0.1"] == ["10.0.0.1"]  # type: ignore[attr-defined]
+    assert TOKEN not in caplog.text and "guess" not in caplog.text
+
+
+def test_a_login_posted_from_another_site_is_refused_and_counts_nothing() -> None:
+    # Issue 32, item 6: the login had no Origin check, so any page could post guesses from
+    # the operator's browser (and address).
+    access = Access(TOKEN)
+    host = ("host", "127.0.0.1:8090")
+    for foreign in (("origin", "http://evil.example"), ("referer", "http://evil.example/x")):
+        for given in ["guess"] * 10 + [TOKEN]:
+            answer = access.login(request([host, foreign]), given)
+            assert (answer.status, answer.cookie) == (403, None), foreign
+    assert access.login(request([host]), "guess").status == 401  # nothing was counted
+    same = ("origin", "http://127.0.0.1:8090")
+    assert access.login(request([host, same]), TOKEN).cookie is not None
+
+
+def test_wrong_bearer_tokens_are_counted_logged_and_throttled(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     access = Access(TOKEN)
+    wrong = request([("authorization", "Bearer guess")])
     with caplog.at_level(logging.INFO, logger="brooq.surface"):
-        answers = [access.login(request(), "guess") for _ in range(FAILED_LOGINS_PER_CLIENT)]
-        assert {a.status for a in answers} == {401}
-        throttled = access.login(request(), TOKEN)  # even the right token, for a while
-        elsewhere = access.login(request(client="10.0.0.2:40000"), TOKEN)
-    assert throttled.status == 429 and throttled.cookie is None and throttled.retry_after_s > 50
-    assert elsewhere.cookie is not None  # another address is not locked out by these
-    failed = [r for r in caplog.records if getattr(r, "event", "") == "DashboardLoginFailed"]
-    assert len(failed) == FAILED_LOGINS_PER_CLIENT
-    assert all(r.levelno == logging.WARNING and r.client == "10.0.0.1" for r in failed)  # type: ignore[attr-defined]
-    assert TOKEN not in caplog.text and "guess" not in caplog.text
+        verdicts = [access.verdict(wrong) for _ in range(FAILED_GUESSES_PER_CLIENT + 1)]
+    assert verdicts == [Verdict.ANONYMOUS] * FAILED_GUESSES_PER_CLIENT + [Verdict.THROTTLED]
+    assert access.verdict(request([("authorization", f"Bearer {TOKEN}")])) is Verdict.ALLOWED
+    assert access.verdict(request()) is Verdict.ANONYMOUS  # no token sent: no guess
+    rejected = [r for r in caplog.records if getattr(r, "event", "") == "BearerTokenRejected"]
+    assert len(rejected) == FAILED_GUESSES_PER_CLIENT and "guess" not in caplog.text
 
 
 def test_verdicts() -> None:

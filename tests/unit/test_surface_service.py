@@ -5,12 +5,15 @@ what an outage may show, and the health board the loop publishes to.
 from __future__ import annotations
 
 import json
+import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from brooq.surface import HealthBoard, Request, Router, ServiceEndpoints, service_routes
+from brooq.surface.guard import FAILED_GUESSES_PER_CLIENT, GuessThrottle
 from brooq.vocabulary import JobNotFound, StoreUnavailable
 
 TOKEN = "service-test-token-0123456789abcdef"
@@ -18,9 +21,11 @@ JOB = "0190f5a2-0000-7000-8000-000000000001"
 DB_TEXT = "database unavailable: connection to server at 10.1.2.3, user app_rw refused"
 
 
-def call(router: Router, method: str, path: str, token: str | None = None) -> tuple[int, Any]:
+def call(
+    router: Router, method: str, path: str, token: str | None = None, client: str = ""
+) -> tuple[int, Any]:
     headers = (("authorization", f"Bearer {token}"),) if token else ()
-    response = router.dispatch(Request(method, path, path, {}, headers))
+    response = router.dispatch(Request(method, path, path, {}, headers, client=client))
     body = (
         json.loads(response.body) if response.content_type == "application/json" else response.body
     )
@@ -31,6 +36,7 @@ def routes(
     token: str | None = TOKEN,
     health: tuple[bool, str] = (True, "2 workers running"),
     failure: Exception | None = None,
+    throttle: GuessThrottle | None = None,
 ) -> Router:
     def job(job_id: str) -> dict[str, Any]:
         if failure is not None:
@@ -50,6 +56,7 @@ def routes(
             get_job=job,
             cancel_job=cancel,
             token=token,
+            throttle=throttle,
         ),
     )
 
@@ -78,6 +85,28 @@ def test_job_endpoints_need_the_token() -> None:
         assert call(router, "POST", f"/jobs/{JOB}/cancel", token)[0] == 401
     assert call(router, "GET", f"/jobs/{JOB}/cancel", TOKEN)[0] == 405
     assert call(router, "GET", "/jobs/not-a-job-id!", TOKEN)[0] == 404
+
+
+def test_wrong_bearer_tokens_are_logged_and_throttled_never_the_right_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Issue 32, item 6: bearer-token guesses were neither throttled nor logged.
+    throttle = GuessThrottle()
+    router = routes(throttle=throttle)
+    wrong = Request("GET", f"/jobs/{JOB}", f"/jobs/{JOB}", {}, (("authorization", "Bearer x"),))
+    with caplog.at_level(logging.INFO, logger="brooq.surface"):
+        answers = [router.dispatch(replace(wrong, client="10.0.0.1:5000")) for _ in range(7)]
+        assert [a.status for a in answers] == [401] * FAILED_GUESSES_PER_CLIENT + [429] * 2
+        assert int(dict(answers[-1].headers)["Retry-After"]) > 50
+        assert call(router, "GET", f"/jobs/{JOB}", TOKEN, client="10.0.0.1:5001")[0] == 200
+        assert call(router, "GET", f"/jobs/{JOB}", "x", client="10.0.0.2:5000")[0] == 401
+        assert call(router, "GET", f"/jobs/{JOB}", None, client="10.0.0.1:5002")[0] == 401
+    rejected = [r for r in caplog.records if getattr(r, "event", "") == "BearerTokenRejected"]
+    assert [r.client for r in rejected].count("10.0.0.1") == FAILED_GUESSES_PER_CLIENT  # type: ignore[attr-defined]
+    assert all(r.levelno == logging.WARNING and r.path == f"/jobs/{JOB}" for r in rejected)  # type: ignore[attr-defined]
+    throttled = [r for r in caplog.records if getattr(r, "event", "") == "TokenGuessesThrottled"]
+    assert len(throttled) == 1
+    assert TOKEN not in caplog.text and "Bearer x" not in caplog.text
 
 
 def test_without_a_token_the_job_endpoints_are_disabled() -> None:

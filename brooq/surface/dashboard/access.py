@@ -8,8 +8,11 @@ holds only that id (HttpOnly, SameSite=Strict, Path=/ui; Secure when the
 request came over TLS or remote access is on). Each session has its own
 CSRF token, which every form carries: a state-changing request needs the
 session (cookie or ``Authorization: Bearer``), a matching CSRF token for a
-cookie session, and no foreign ``Origin``. Failed logins are rate-limited
-and logged at warning.
+cookie session, and no foreign ``Origin``; so does the login itself, so that
+no page of another site can post guesses from the operator's browser. Wrong
+tokens (a login, a bearer header) are counted per client address by a
+:class:`~brooq.surface.guard.GuessThrottle`: logged at warning, answered 429
+past its bound, and the right token is never refused.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ import logging
 import secrets
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
 
-from brooq.surface.guard import token_matches
+from brooq.surface.guard import GuessThrottle, client_address, token_matches
 from brooq.surface.wire import Request
 
 log = logging.getLogger("brooq.surface")
@@ -36,10 +39,6 @@ SESSION_TTL = timedelta(hours=12)
 """A session ends this long after its login, whatever it does meanwhile."""
 MAX_SESSIONS = 1000
 """Sessions kept at most; past this the oldest ends (each login makes one)."""
-FAILED_LOGINS_PER_CLIENT = 5
-FAILED_LOGINS_IN_ALL = 20
-FAILED_LOGIN_WINDOW_S = 60.0
-"""At most this many failed logins from one address (and from all) in this window."""
 
 
 class Verdict(StrEnum):
@@ -49,6 +48,8 @@ class Verdict(StrEnum):
     """No token configured: anyone may read, nobody may act."""
     ANONYMOUS = "anonymous"
     """A token is configured and this request carries no session: it may only log in."""
+    THROTTLED = "throttled"
+    """It carries a wrong bearer token, and its address sent too many: answered 429."""
     ALLOWED = "allowed"
 
 
@@ -94,42 +95,6 @@ class Sessions:
             self._by_id.pop(sid, None)
 
 
-class LoginThrottle:
-    """Counts failed logins per client address, and in all, over a sliding window."""
-
-    def __init__(
-        self,
-        per_client: int = FAILED_LOGINS_PER_CLIENT,
-        in_all: int = FAILED_LOGINS_IN_ALL,
-        window_s: float = FAILED_LOGIN_WINDOW_S,
-    ) -> None:
-        self.per_client, self.in_all, self.window_s = per_client, in_all, window_s
-        self._failures: deque[tuple[float, str]] = deque()
-        self._lock = threading.Lock()
-
-    def wait_s(self, client: str) -> float:
-        """Seconds before ``client`` may try again (0: now)."""
-        now = time.monotonic()
-        with self._lock:
-            while self._failures and self._failures[0][0] <= now - self.window_s:
-                self._failures.popleft()
-            mine = [at for at, who in self._failures if who == client]
-            for seen, bound in (
-                (mine, self.per_client),
-                ([a for a, _ in self._failures], self.in_all),
-            ):
-                if len(seen) >= bound:
-                    return max(0.1, seen[-bound] + self.window_s - now)
-        return 0.0
-
-    def failed(self, client: str) -> None:
-        """Count one failed login of ``client``."""
-        with self._lock:
-            self._failures.append((time.monotonic(), client))
-            while len(self._failures) > 10 * self.in_all:
-                self._failures.popleft()
-
-
 @dataclass(frozen=True)
 class LoginAnswer:
     """How a login attempt ends: a session cookie, or a status and why."""
@@ -147,17 +112,23 @@ class Access:
     does a request that came through a TLS-terminating proxy.
     """
 
-    def __init__(self, token: str | None, remote: bool = False) -> None:
+    def __init__(
+        self, token: str | None, remote: bool = False, throttle: GuessThrottle | None = None
+    ) -> None:
         self.token, self.remote = token or None, remote
         self.sessions = Sessions()
-        self.throttle = LoginThrottle()
+        self.throttle = throttle or GuessThrottle()
 
     def verdict(self, request: Request) -> Verdict:
-        """Whether ``request`` carries a valid session (cookie or bearer header)."""
+        """Whether ``request`` carries a valid session (cookie or bearer header); a wrong
+        bearer token is counted by the throttle."""
         if not self.token:
             return Verdict.READ_ONLY
-        if self._bearer_ok(request) or self._session(request) is not None:
+        if self._session(request) is not None or self._bearer_ok(request):
             return Verdict.ALLOWED
+        guessed = bool(request.header_values("authorization"))
+        if guessed and self.throttle.failed(request, "BearerTokenRejected") > 0:
+            return Verdict.THROTTLED
         return Verdict.ANONYMOUS
 
     def csrf_for(self, request: Request) -> str:
@@ -166,21 +137,25 @@ class Access:
         return session.csrf if session is not None else ""
 
     def login(self, request: Request, given: str) -> LoginAnswer:
-        """Check ``given`` against the token; a new session's cookie, or why not."""
-        client = request.client.rpartition(":")[0] or request.client
-        wait = self.throttle.wait_s(client)
-        if wait > 0:
+        """Check ``given`` against the token; a new session's cookie, or why not.
+
+        A login posted from another site (a foreign ``Origin`` or ``Referer``) is refused
+        before the token is looked at, and counts nothing. A wrong token is counted
+        against the client's address (429 past the throttle's bound); the right one is
+        never refused.
+        """
+        client = client_address(request)
+        if not same_origin(request):
             log.warning(
-                "dashboard login refused: too many failed logins",
-                extra={"event": "DashboardLoginThrottled", "client": client},
+                "dashboard login refused: posted from another site",
+                extra={"event": "DashboardLoginRefused", "client": client},
             )
-            return LoginAnswer(None, 429, "too many failed logins; try again later", wait)
+            return LoginAnswer(None, 403, "the login was posted from another site")
         if not (self.token and token_matches(given, self.token)):
-            self.throttle.failed(client)
-            log.warning(
-                "dashboard login failed: wrong token",
-                extra={"event": "DashboardLoginFailed", "client": client},
-            )
+            wait = self.throttle.failed(request, "DashboardLoginFailed")
+            if wait > 0:
+                why = "too many wrong tokens from this address; the right token still logs in"
+                return LoginAnswer(None, 429, why, wait)
             return LoginAnswer(None, 401, "wrong token")
         sid = self.sessions.open()
         log.info("dashboard login", extra={"event": "DashboardLogin", "client": client})

@@ -22,6 +22,7 @@ from brooq.surface.dashboard.forms import HTML, redirect
 from brooq.surface.dashboard.pages import DashboardPorts, Pages
 from brooq.surface.dashboard.pool import PortPool
 from brooq.surface.dashboard.render import Screen
+from brooq.surface.guard import GuessThrottle
 from brooq.surface.router import Router
 from brooq.surface.wire import Request, Response
 from brooq.vocabulary import JobNotFound, SchemaMissing, StoreUnavailable
@@ -54,9 +55,14 @@ class Dashboard:
     """
 
     def __init__(
-        self, ports: PortPool, token: str | None, where: str = "supervisor", remote: bool = False
+        self,
+        ports: PortPool,
+        token: str | None,
+        where: str = "supervisor",
+        remote: bool = False,
+        throttle: GuessThrottle | None = None,
     ) -> None:
-        self.ports, self.access, self.where = ports, Access(token, remote), where
+        self.ports, self.access, self.where = ports, Access(token, remote, throttle), where
         self.screen = Screen(self.access, where)
         self.pages = Pages(self.screen)
         self.actions = Actions(self.screen)
@@ -84,7 +90,10 @@ class Dashboard:
         """``handler`` on ports lent for the request; 503 at once when none is free."""
 
         def serve(request: Request) -> Response:
-            if self.access.verdict(request) is Verdict.ANONYMOUS:
+            verdict = self.access.verdict(request)
+            if verdict is Verdict.THROTTLED:
+                return self._throttled(request)
+            if verdict is Verdict.ANONYMOUS:
                 return self._login_first(request)
             with self.ports.lease() as ports:
                 if ports is None:
@@ -98,6 +107,14 @@ class Dashboard:
         if request.method in ("GET", "HEAD"):
             return redirect("/ui/login", "log in with the token to see the dashboard")
         return self.screen.message(request, 401, "Action refused", "log in with the token first")
+
+    def _throttled(self, request: Request) -> Response:
+        """A wrong bearer token from an address that sent too many."""
+        response = self.screen.message(
+            request, 429, "Too many wrong tokens", "too many wrong tokens from this address"
+        )
+        response.headers.append(("Retry-After", str(math.ceil(self.access.throttle.window_s))))
+        return response
 
     def _busy(self, request: Request) -> Response:
         log.debug("dashboard page shed", extra={"event": "HttpShed", "path": request.path})
