@@ -93,13 +93,13 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         """The decoded result of a ``done`` job, waiting up to ``timeout`` seconds for the job
         to end (None: no limit). JobDead/JobCanceled, ResultTimeout, JobNotFound."""
         if (listen := self.listen_dsn) is not None:
-            return wait_listening(listen, job_id, timeout)
+            return wait_listening(listen, self.get, job_id, timeout)
         return wait_polling(self.get, job_id, timeout)
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio apps (the event loop is never blocked)."""
         if (listen := self.listen_dsn) is not None:
-            return await wait_listening_async(listen, job_id, timeout)
+            return await wait_listening_async(listen, self.get, job_id, timeout)
 
         async def get(key: str) -> JobRecord:
             return await asyncio.to_thread(self.get, key)

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+import psycopg
 import pytest
 
 import brooq
@@ -153,3 +154,95 @@ def test_a_chained_job_reads_the_result_of_the_job_that_chained_it(queue: brooq.
     assert queue.result(parent) == {"n": 7}  # written with the chain, in one transaction
     (child,) = [a.claimed.id for a in drained.attempts if a.claimed.topic == "reads"]
     assert queue.result(child) == {"parent said": {"n": 7}}
+
+
+def backends(pg: Any) -> int:
+    """Connections to the test database, this test's own excepted."""
+    row = pg.execute(
+        "SELECT count(*) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    ).fetchone()
+    return int(row[0])
+
+
+@pytest.mark.timeout(60)
+def test_a_hundred_waiting_threads_share_one_listener(dsn: str, pg: Any) -> None:
+    # Issue 32, item 7: each waiter held a connection of its own; 110 exhausted the server.
+    queue = brooq.Queue(dsn)
+    queue.register("echo", lambda claim: claim.payload, max_attempts=1)
+    ids = [queue.enqueue(brooq.Job("echo", {"n": n})).id for n in range(120)]
+    got: dict[str, Any] = {}
+
+    def wait(job_id: str) -> None:
+        got[job_id] = queue.result(job_id, timeout=30)
+
+    threads = [threading.Thread(target=wait, args=(i,), daemon=True) for i in ids]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and backends(pg) < 2:
+        time.sleep(0.05)  # the store's connection, and the listener's
+    time.sleep(1.5)  # every waiter has looked at its row and waits
+    assert backends(pg) <= 2, "waiters hold connections of their own"
+    worker = brooq.Queue(dsn)
+    worker.register("echo", lambda claim: claim.payload, max_attempts=1)
+    started = time.monotonic()
+    worker.drain(topics=["echo"])
+    for thread in threads:
+        thread.join(timeout=max(0.1, started + 20 - time.monotonic()))
+    assert got == {job_id: {"n": n} for n, job_id in enumerate(ids)}
+    worker.close()
+
+    async def many() -> list[Any]:
+        more = [queue.enqueue(brooq.Job("echo", {"a": n})).id for n in range(40)]
+        waiting = [asyncio.create_task(queue.result_async(i, timeout=30)) for i in more]
+        await asyncio.sleep(1.0)
+        count = await asyncio.to_thread(backends, pg)
+        assert count <= 2, "asyncio waiters hold connections of their own"
+        await asyncio.to_thread(queue.drain, topics=["echo"])
+        return list(await asyncio.gather(*waiting))
+
+    assert asyncio.run(many()) == [{"a": n} for n in range(40)]
+
+
+@pytest.mark.timeout(60)
+def test_the_shared_listener_reconnects_and_leaves_when_nobody_waits(
+    dsn: str, pg: Any, admin_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from brooq.postgres import waiters
+
+    monkeypatch.setattr(waiters, "LINGER_S", 0.5)
+    queue = brooq.Queue(dsn)
+    queue.register("echo", lambda claim: claim.payload, max_attempts=1)
+    job_id = queue.enqueue(brooq.Job("echo", {"v": 1})).id
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(queue.result(job_id, timeout=20)))
+    waiter.start()
+
+    def listener_pid() -> int | None:
+        row = pg.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND query LIKE 'LISTEN%%'"
+        ).fetchone()
+        return None if row is None else int(row[0])
+
+    deadline = time.monotonic() + 10
+    while listener_pid() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = listener_pid()
+    assert first is not None
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+    while listener_pid() in (None, first) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert listener_pid() not in (None, first), "the listener did not connect again"
+    queue.drain(topics=["echo"])
+    waiter.join(timeout=10)
+    assert got == [{"v": 1}]
+    # Nobody waits: past LINGER_S the listener closes its connection and its thread ends.
+    deadline = time.monotonic() + 10
+    while listener_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert listener_pid() is None
+    assert waiters.shared_listener(dsn)._thread is None
+    queue.close()
