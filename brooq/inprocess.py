@@ -58,10 +58,12 @@ class Keeper(threading.Thread):
     """Extends the running job's lease every lease/3 and interrupts its handler when the job
     is canceled (NOTIFY) or its lease is lost."""
 
-    def __init__(self, store: Store, dsn: str | None, lease: timedelta) -> None:
+    def __init__(
+        self, store: Store, dsn: str | None, lease: timedelta, pooled: bool = False
+    ) -> None:
         super().__init__(name="brooq-keeper", daemon=True)
         self.store, self.lease = store, lease
-        self.cancels = Listener(dsn, jobs=False)
+        self.cancels = Listener(dsn, jobs=False, pooled=pooled)
         self._ticket: Ticket | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -136,7 +138,8 @@ class InProcessSlot:
         listen = settings.listen_dsn(dsn)
         if listen is None:
             listen_off(settings.poll_interval)
-        self.keeper = Keeper(PostgresStore(dsn), listen, settings.lease)
+        pooled = not settings.listen_url  # LISTEN on DATABASE_URL: off once a bouncer shows
+        self.keeper = Keeper(PostgresStore(dsn), listen, settings.lease, pooled)
         self.runner = SlotRunner(
             self.store,
             queue.registry,
@@ -146,7 +149,7 @@ class InProcessSlot:
             _KeeperListener(self.keeper, LoggingListener(every_job=settings.log_jobs)),
             max_result_bytes=settings.max_result_bytes,
         )
-        self.waker = Listener(listen, cancels=False)
+        self.waker = Listener(listen, cancels=False, pooled=pooled)
         self.reaper = Reaper(self.store, Every(settings.reaper_period), settings.max_expirations)
         self.retention = Retention(
             self.store,

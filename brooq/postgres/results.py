@@ -24,12 +24,17 @@ def job_key(job_id: str) -> str:
 
 
 def wait_listening(
-    listen_dsn: str, get: Callable[[str], JobRecord], job_id: str, timeout: float | None
+    listen_dsn: str,
+    pooled: bool,
+    get: Callable[[str], JobRecord],
+    job_id: str,
+    timeout: float | None,
 ) -> object:
     """Wait for the process's shared listener on ``listen_dsn`` to hear something, reading
-    the row with ``get`` (the store's connection): no connection of the waiter's own."""
+    the row with ``get`` (the store's connection): no connection of the waiter's own.
+    ``pooled``: ``listen_dsn`` is the store's own DSN (see brooq.postgres.listen)."""
     key = job_key(job_id)
-    with shared_listener(listen_dsn).waiting() as wait:
+    with shared_listener(listen_dsn, pooled).waiting() as wait:
         return wait_for_result(key, get, wait, timeout)
 
 
@@ -39,7 +44,11 @@ def wait_polling(get: Callable[[str], JobRecord], job_id: str, timeout: float | 
 
 
 async def wait_listening_async(
-    listen_dsn: str, get: Callable[[str], JobRecord], job_id: str, timeout: float | None
+    listen_dsn: str,
+    pooled: bool,
+    get: Callable[[str], JobRecord],
+    job_id: str,
+    timeout: float | None,
 ) -> object:
     """:func:`wait_listening` for asyncio: ``get`` runs in a thread, the loop never blocks."""
     key = job_key(job_id)
@@ -47,5 +56,5 @@ async def wait_listening_async(
     async def read(k: str) -> JobRecord:
         return await asyncio.to_thread(get, k)
 
-    async with shared_listener(listen_dsn).waiting_async() as wait:
+    async with shared_listener(listen_dsn, pooled).waiting_async() as wait:
         return await wait_for_result_async(key, read, wait, timeout)

@@ -74,12 +74,14 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
         self._listen_dsn = listen_dsn if listen_dsn != "auto" else _listen_dsn_of(source)
+        # LISTEN on the DSN the store connects with (no QUEUE_LISTEN_URL): off with a bouncer.
+        self._listen_pooled = self._listen_dsn == _listen_dsn_of(source)
 
     @property
     def listen_dsn(self) -> str | None:
         """Where a result waiter LISTENs: the store's DSN (or the pool's), unless connections
         go through a transaction-pooling bouncer; None: waiters poll."""
-        if self._listen_dsn is not None and PROFILE.pgbouncer and self._listen_dsn == self.dsn:
+        if self._listen_dsn is not None and PROFILE.pgbouncer and self._listen_pooled:
             return None
         return self._listen_dsn
 
@@ -93,13 +95,15 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         """The decoded result of a ``done`` job, waiting up to ``timeout`` seconds for the job
         to end (None: no limit). JobDead/JobCanceled, ResultTimeout, JobNotFound."""
         if (listen := self.listen_dsn) is not None:
-            return wait_listening(listen, self.get, job_id, timeout)
+            return wait_listening(listen, self._listen_pooled, self.get, job_id, timeout)
         return wait_polling(self.get, job_id, timeout)
 
     async def result_async(self, job_id: str, timeout: float | None = None) -> Any:
         """:meth:`result` for asyncio apps (the event loop is never blocked)."""
         if (listen := self.listen_dsn) is not None:
-            return await wait_listening_async(listen, self.get, job_id, timeout)
+            return await wait_listening_async(
+                listen, self._listen_pooled, self.get, job_id, timeout
+            )
 
         async def get(key: str) -> JobRecord:
             return await asyncio.to_thread(self.get, key)

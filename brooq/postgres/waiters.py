@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 
-from brooq.postgres.connect import connect
+from brooq.postgres.listen import listen_connection
 from brooq.postgres.sql import sql
 
 LINGER_S = 5.0
@@ -41,8 +41,8 @@ RETRY_MAX_S = 5.0
 class SharedListener:
     """The one LISTEN connection of this process for one DSN, and the waiters it wakes."""
 
-    def __init__(self, dsn: str) -> None:
-        self.dsn = dsn
+    def __init__(self, dsn: str, pooled: bool = False) -> None:
+        self.dsn, self.pooled = dsn, pooled
         self._cond = threading.Condition()
         self._generation = 0
         self._waiters = 0
@@ -138,17 +138,11 @@ class SharedListener:
             _close(conn)
 
     def _listen(self) -> psycopg.Connection[Any] | None:
+        statements = [sql("listen_done"), sql("listen_cancels")]
         try:
-            conn = connect(self.dsn)
+            return listen_connection(self.dsn, statements, self.pooled)
         except Exception:  # down, or a DSN the waiters' own reads will name: they poll
             return None
-        try:
-            for name in ("listen_done", "listen_cancels"):
-                conn.execute(sql(name))
-        except psycopg.Error:
-            _close(conn)
-            return None
-        return conn
 
     def _read(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any] | None:
         """Wait up to TICK_S for a notification; the connection, or None once it broke."""
@@ -172,16 +166,17 @@ def _close(conn: psycopg.Connection[Any] | None) -> None:
             conn.close()
 
 
-_listeners: dict[str, SharedListener] = {}
+_listeners: dict[tuple[str, bool], SharedListener] = {}
 _lock = threading.Lock()
 
 
-def shared_listener(dsn: str) -> SharedListener:
-    """This process's listener for ``dsn`` (made on first use)."""
+def shared_listener(dsn: str, pooled: bool = False) -> SharedListener:
+    """This process's listener for ``dsn`` (made on first use); ``pooled``: ``dsn`` is the
+    one the store connects with, so no LISTEN once a PgBouncer is detected there."""
     with _lock:
-        listener = _listeners.get(dsn)
+        listener = _listeners.get((dsn, pooled))
         if listener is None:
-            listener = _listeners[dsn] = SharedListener(dsn)
+            listener = _listeners[dsn, pooled] = SharedListener(dsn, pooled)
         return listener
 
 

@@ -26,10 +26,15 @@ MAX_BACKOFF_S = 10.0
 
 
 class Notices:
-    """Runs a Listener on a daemon thread; ``fileno()`` is readable when something arrived."""
+    """Runs a Listener on a daemon thread; ``fileno()`` is readable when something arrived.
 
-    def __init__(self, dsn: str | None, poll_interval: timedelta = WAIT) -> None:
-        self.listener = Listener(dsn)
+    ``pooled``: ``dsn`` is DATABASE_URL itself (no QUEUE_LISTEN_URL), so LISTEN stops once
+    a PgBouncer is detected there (brooq.postgres.listen)."""
+
+    def __init__(
+        self, dsn: str | None, poll_interval: timedelta = WAIT, pooled: bool = False
+    ) -> None:
+        self.listener = Listener(dsn, pooled=pooled)
         self._heard: queue.SimpleQueue[Heard] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._read, self._write = os.pipe()
@@ -65,6 +70,9 @@ class Notices:
             with no_fork():
                 fd = self.listener.fileno()
             if fd is None:
+                if self.listener.dsn is None:
+                    self.connected = False
+                    return  # LISTEN is off for good: a PgBouncer was detected (ListenOff)
                 if self.connected:
                     event(log, "ListenLost", logging.WARNING, retry_in_s=backoff)
                 self.connected = False

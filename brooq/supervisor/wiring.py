@@ -78,7 +78,7 @@ class Wiring:
             DatabaseThread(self.store.connector, stuck_after),
         )
         self.inspection = PostgresInspection(self.store.connector)
-        self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval)
+        self.notices = Notices(s.listen_dsn(self.dsn), s.poll_interval, pooled=not s.listen_url)
         self.holdings = Holdings()
         self.producer = services.build_producer(
             s,

@@ -244,5 +244,5 @@ def test_the_shared_listener_reconnects_and_leaves_when_nobody_waits(
     while listener_pid() is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert listener_pid() is None
-    assert waiters.shared_listener(dsn)._thread is None
+    assert [s._thread for s in waiters._listeners.values() if s.dsn == dsn] == [None]
     queue.close()

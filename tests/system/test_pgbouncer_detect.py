@@ -10,6 +10,7 @@ real processes; every wait bounded.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import brooq
 from brooq.postgres.connect import PROFILE, Connector, use_pgbouncer
 from brooq.vocabulary import StoreUnavailable
 from tests.system.bouncer import PgBouncer
@@ -131,3 +133,105 @@ def test_another_clients_prepared_statement_gives_the_bouncer_away(
             second.close()
     finally:
         lenient.stop()
+
+
+def not_linked(bouncer: PgBouncer) -> int:
+    """Lines of the bouncer's log where a notification reached a server connection that no
+    client held: a LISTEN that went through the transaction pooler, its notifications lost."""
+    log = bouncer.dir / "pgbouncer.log"
+    return log.read_text().count("when not linked") if log.exists() else 0
+
+
+def enqueue_notified(dsn: str, n: int) -> list[str]:
+    """``n`` jobs of topic ``work``, one statement each, each with its NOTIFY brooq_job."""
+    queue = brooq.Queue(dsn)
+    try:
+        return [queue.enqueue(brooq.Job("work", {})).id for _ in range(n)]
+    finally:
+        queue.close()
+
+
+@pytest.fixture
+def own_bouncer(server_url: str) -> Iterator[PgBouncer]:
+    """A bouncer of this test alone: its log counts only this test's traffic."""
+    b = PgBouncer(server_url, pool_size=4).start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.mark.timeout(90)
+def test_a_detected_bouncer_is_never_listened_through(
+    pg: psycopg.Connection[Any], supervise: Any, own_bouncer: PgBouncer, dsn: str
+) -> None:
+    # Issue 32, item 8: detected without QUEUE_PGBOUNCER, the supervisor still LISTENed
+    # through the transaction pooler, whose log showed the notifications lost ("got
+    # packet 'A' from server when not linked": 19 for 10 enqueues), and nothing said so.
+    sup = supervise(
+        "--workers",
+        "2",
+        "--poll-interval",
+        "300ms",
+        env={"DATABASE_URL": own_bouncer.url(dsn)},  # no QUEUE_PGBOUNCER, no QUEUE_LISTEN_URL
+    )
+    sup.wait_children(2)
+    sup.wait_event("PgBouncerDetected", 20)
+    off = sup.wait_event("ListenOff", 20)
+    assert "QUEUE_LISTEN_URL" in off["note"], off
+    ids = enqueue_notified(dsn, 10)
+    wait_until(lambda: count(pg, "state = 'done'") == len(ids), 30, "the 10 jobs done (polled)")
+    time.sleep(0.5)  # a notification lost would be logged by now
+    assert not_linked(own_bouncer) == 0, own_bouncer.log_tail()
+    assert not sup.events("ListenLost")
+    assert sup.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_detected_bouncer_listens_on_queue_listen_url_as_with_the_flag(
+    pg: psycopg.Connection[Any], supervise: Any, own_bouncer: PgBouncer, dsn: str
+) -> None:
+    # With QUEUE_LISTEN_URL (direct), detection gives the profile of QUEUE_PGBOUNCER=true:
+    # LISTEN there, never through the pooler; a job is taken at once, not at the next poll.
+    sup = supervise(
+        "--workers",
+        "1",
+        "--poll-interval",
+        "20s",
+        env={"DATABASE_URL": own_bouncer.url(dsn), "QUEUE_LISTEN_URL": dsn},
+    )
+    sup.wait_children(1)
+    sup.wait_event("PgBouncerDetected", 20)
+    time.sleep(1.0)  # the supervisor's first look for jobs is over: the next one is in 20 s
+    started = time.monotonic()
+    enqueue_notified(dsn, 1)
+    wait_until(lambda: count(pg, "state = 'done'") == 1, 10, "the job done, woken by NOTIFY")
+    assert time.monotonic() - started < 5
+    assert not_linked(own_bouncer) == 0, own_bouncer.log_tail()
+    assert not sup.events("ListenOff")
+    assert sup.stop() == 0
+
+
+@pytest.mark.timeout(90)
+def test_brooq_work_stops_listening_once_it_detects_the_bouncer(
+    pg: psycopg.Connection[Any], own_bouncer: PgBouncer, dsn: str, tmp_path: Path
+) -> None:
+    # `brooq work` LISTENs twice (new jobs; cancels of its running job): the same rule.
+    enqueue_notified(dsn, 3)
+    done = run_cli(
+        own_bouncer.url(dsn),
+        tmp_path,
+        "work",
+        "--app",
+        "sysapp:queue",
+        "--exit-when-idle",
+        "--poll-interval",
+        "200ms",
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert states(pg) == {"done": 3}
+    assert done.stderr.count("ListenOff") == 1, done.stderr
+    enqueue_notified(dsn, 2)  # nobody listens now: nothing for the bouncer to drop either
+    time.sleep(0.5)
+    assert not_linked(own_bouncer) == 0, own_bouncer.log_tail()
