@@ -17,6 +17,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from brooq.postgres.behind import BEHIND_ERRORS, schema_behind
 from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.postgres.sql import sql
 from brooq.vocabulary import PrivilegeMissing, SchemaMissing, StoreUnavailable
@@ -217,6 +218,9 @@ class Connector:
         self._conninfo = target if isinstance(target, str) else None
         self._pool = target if isinstance(target, ConnectionPool) else None
         self._given = target if isinstance(target, psycopg.Connection) else None
+        pooled = self._pool.conninfo if self._pool is not None else None
+        # Where a database behind this brooq may be asked which migrations it lacks.
+        self._catalog_dsn = self._conninfo or (pooled if isinstance(pooled, str) else None)
         self._own: psycopg.Connection[Any] | None = None
         self._own_pid = os.getpid()
         self._inherited: list[psycopg.Connection[Any]] = []
@@ -251,6 +255,11 @@ class Connector:
         except psycopg.errors.UndefinedTable as exc:
             # An unmigrated database: one clear line for every command, no traceback.
             raise missing_table(exc) from None
+        except BEHIND_ERRORS as exc:
+            behind = schema_behind(exc, self._catalog_dsn)
+            if behind is None:
+                raise
+            raise behind from None
         except psycopg.errors.InsufficientPrivilege as exc:
             raise missing_privilege(exc) from None
         except _BOUNCER_STATEMENT_ERRORS as exc:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from brooq.postgres.behind import on_callers_connection
 from brooq.postgres.sql import sql
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -251,8 +252,9 @@ async def enqueue_on_async(
     try:
         statement, params = next(steps)
         while True:
-            cur = await aconn.execute(statement, params)
-            rows = await cur.fetchall() if cur.description is not None else []
+            with on_callers_connection():  # always the caller's: its app's asyncio connection
+                cur = await aconn.execute(statement, params)
+                rows = await cur.fetchall() if cur.description is not None else []
             statement, params = steps.send(rows)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]

@@ -13,7 +13,7 @@ from brooq.postgres.connect import GRANTS_DOC, Connector, Source
 from brooq.postgres.migrations import migration_ids
 from brooq.postgres.schema import YOYO_READABLE, compare, mismatch_message
 from brooq.postgres.sql import sql
-from brooq.vocabulary import PrivilegeMissing, SchemaMismatch, SchemaMissing
+from brooq.vocabulary import PrivilegeMissing, SchemaBehind, SchemaMismatch, SchemaMissing
 
 CHECK_TIMEOUT = timedelta(seconds=30)
 
@@ -35,9 +35,9 @@ class ConnectionRoom:
 def check_schema(dsn: str) -> None:
     """Refuse a database whose migrations are not exactly this brooq's.
 
-    SchemaMissing without the job table, SchemaMismatch when migrations are
-    missing (behind) or ``brooq migrate`` recorded ones this brooq does not
-    ship (ahead); StoreUnavailable when the database is down. On the way, a
+    SchemaMissing without the job table, SchemaBehind (a SchemaMismatch) when
+    migrations are missing, SchemaMismatch when ``brooq migrate`` recorded ones
+    this brooq does not ship (ahead); StoreUnavailable when the database is down. On the way, a
     transaction-pooling PgBouncer is detected (it refuses the statement
     timeout's startup option) and this process switches to its profile.
     """
@@ -55,6 +55,8 @@ def check_schema(dsn: str) -> None:
     if "relation:job" not in facts:
         raise SchemaMissing("job")
     state = compare(migration_ids(), facts, recorded)
+    if state.missing:
+        raise SchemaBehind(mismatch_message(state))
     if not state.matches:
         raise SchemaMismatch(mismatch_message(state))
 

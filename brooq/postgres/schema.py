@@ -60,6 +60,16 @@ def compare(shipped: list[str], facts: set[str], recorded: list[str]) -> SchemaS
     return SchemaState(missing, unknown)
 
 
+def behind_message(detail: str) -> str:
+    """What to do about a database behind this brooq when its missing migrations cannot be
+    named (``detail``: what a statement of brooq's found missing)."""
+    return (
+        f"the database schema is behind this brooq ({__version__}): {detail}; run "
+        "`brooq migrate up` (or apply the migrations from your own Alembic or Django "
+        "migrations: docs/integrations.md)"
+    )
+
+
 def mismatch_message(state: SchemaState) -> str:
     """What is wrong and the command to run, one line (empty when the schema matches)."""
     if state.missing:

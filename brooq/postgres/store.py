@@ -19,6 +19,7 @@ from brooq.engine.store import (
     SettleHookFailed,
     Ticket,
 )
+from brooq.postgres.behind import on_callers_connection
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
 from brooq.postgres.limited import claim_limited
@@ -113,9 +114,10 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:
         """Insert jobs in one statement; in ``conn``'s open transaction when given."""
         if conn is not None:
-            return enqueue_on(
-                conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-            )
+            with on_callers_connection():
+                return enqueue_on(
+                    conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
+                )
         # One statement is atomic on its own: no BEGIN/COMMIT round trips.
         with self.connector.connection() as own:
             return enqueue_on(

@@ -46,6 +46,15 @@ class SchemaMismatch(InvalidInput):
     """
 
 
+class SchemaBehind(SchemaMismatch):
+    """The database lacks migrations this brooq needs (a statement of brooq's found no column
+    or function it uses, or the start-up check saw them missing); nothing was done.
+
+    Its message names the migrations when they can be read, and says to run
+    ``brooq migrate up``.
+    """
+
+
 class PrivilegeMissing(InvalidInput):
     """The database role lacks a privilege brooq needs; the message names it and the grant."""
 

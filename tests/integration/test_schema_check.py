@@ -9,19 +9,22 @@ migrate``'s bookkeeping.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+import brooq
 from brooq.cli import main
 from brooq.postgres import migrations
 from brooq.postgres.preflight import check_schema
 from brooq.postgres.schema import MARKS
-from brooq.vocabulary import SchemaMismatch, SchemaMissing
+from brooq.vocabulary import SchemaBehind, SchemaMismatch, SchemaMissing
 from tests.integration.schema import migration_names
 from tests.system.harness import run_cli
 
@@ -146,3 +149,53 @@ def test_the_check_costs_no_import_of_yoyo() -> None:
     code = "import sys, brooq.cli, brooq.postgres.preflight; print('yoyo' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_the_library_on_a_database_behind_raises_the_clear_error(empty_dsn: str) -> None:
+    # Issue 32, item 11: the library raised a raw psycopg.errors.UndefinedColumn where the
+    # CLI names `brooq migrate up`.
+    ids = migrations.migration_ids()
+    older = ids.index("0010.job-result")  # migrated up to 0009 only
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        for migration in list(migrations.every_migration())[:older]:
+            conn.execute(migration.sql)
+        (old_id,) = conn.execute(
+            "INSERT INTO job (topic, payload) VALUES ('email.send', '{}') RETURNING id::text"
+        ).fetchone() or (None,)
+    queue = brooq.Queue(empty_dsn)
+    queue.register("email.send", lambda claim: None)
+    calls: dict[str, Callable[[], object]] = {
+        "enqueue": lambda: queue.enqueue(brooq.Job("email.send", {})),
+        "get": lambda: queue.get(str(old_id)),
+        "claim": lambda: queue.drain(topics=["email.send"]),
+    }
+    try:
+        for name, call in calls.items():
+            with pytest.raises(SchemaBehind) as caught:
+                call()
+            text = str(caught.value)
+            assert "behind" in text and "`brooq migrate up`" in text, (name, text)
+            assert ", ".join(ids[older:]) in text, (name, text)  # the migrations it lacks
+            assert isinstance(caught.value, SchemaMismatch) and isinstance(
+                caught.value, brooq.BrooqError
+            )
+    finally:
+        queue.close()
+    # Given a connection (no DSN to read the catalog with), the error is as clear; so is an
+    # enqueue in the caller's own transaction, and one from an asyncio app.
+    with (
+        psycopg.connect(empty_dsn, autocommit=True) as conn,
+        pytest.raises(SchemaBehind, match=r"behind.*`brooq migrate up`"),
+    ):
+        brooq.Queue(conn).get(str(old_id))
+    with psycopg.connect(empty_dsn) as conn:
+        with pytest.raises(SchemaBehind, match=r"behind.*`brooq migrate up`"):
+            brooq.Queue(empty_dsn).enqueue(brooq.Job("email.send", {}), conn=conn)
+        conn.rollback()
+
+    async def enqueue_async() -> None:
+        async with await psycopg.AsyncConnection.connect(empty_dsn) as aconn:
+            await brooq.enqueue_async(aconn, brooq.Job("email.send", {}))
+
+    with pytest.raises(SchemaBehind, match=r"behind.*`brooq migrate up`"):
+        asyncio.run(enqueue_async())

@@ -1,0 +1,65 @@
+"""A database behind this brooq, found by a statement of brooq's rather than at start.
+
+The command line checks the schema before it starts (brooq.postgres.preflight);
+the library does not, to keep its hot path free of catalog queries. A
+database some migrations behind then fails a statement with a column or
+function it lacks: the connector turns that error into :class:`SchemaBehind`,
+naming the missing migrations with the same check the CLI runs, on the error
+path only. A missing table is SchemaMissing already (brooq.postgres.connect).
+On the caller's own connection (``enqueue(job, conn=…)``), whose transaction
+the error aborted, :func:`on_callers_connection` says the same without the
+names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import psycopg
+
+from brooq.postgres.schema import behind_message
+from brooq.vocabulary import BrooqError, SchemaBehind, SchemaMismatch
+
+BEHIND_ERRORS = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedFunction)
+"""What a statement of brooq's raises on a database that lacks one of its migrations."""
+
+
+def schema_behind(exc: psycopg.Error, dsn: str | None) -> BrooqError | None:
+    """The clear error for ``exc``, raised by a statement of brooq's; None when the schema is
+    this brooq's after all (then ``exc`` is no missing migration: let it through).
+
+    With a DSN the catalog is read once, on a connection of its own, to name the missing
+    migrations (check_schema); without one, or when that read fails, the error says what
+    the statement found missing.
+    """
+    from brooq.postgres.preflight import check_schema  # preflight builds on the connector
+
+    text = str(exc).strip()
+    detail = text.splitlines()[0] if text else type(exc).__name__
+    if dsn is None:
+        return SchemaBehind(behind_message(detail))
+    try:
+        check_schema(dsn)
+    except SchemaMismatch as mismatch:  # SchemaBehind, or ahead: either is the reason
+        return mismatch
+    except (BrooqError, psycopg.Error):
+        return SchemaBehind(behind_message(detail))
+    return None
+
+
+@contextlib.contextmanager
+def on_callers_connection() -> Iterator[None]:
+    """Around brooq's statements on a connection of the caller's: SchemaMissing or
+    SchemaBehind instead of psycopg's UndefinedTable, UndefinedColumn, UndefinedFunction
+    (the caller's transaction is aborted: nothing more can be read on it)."""
+    from brooq.postgres.connect import missing_table  # the connector builds on this module
+
+    try:
+        yield
+    except psycopg.errors.UndefinedTable as exc:
+        raise missing_table(exc) from None
+    except BEHIND_ERRORS as exc:
+        behind = schema_behind(exc, None)
+        assert behind is not None
+        raise behind from None
