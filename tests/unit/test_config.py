@@ -617,3 +617,35 @@ def test_a_kind_refuses_attempts_the_setting_refuses() -> None:
     assert problems({"QUEUE_MAX_ATTEMPTS": "1000001"})[0].startswith(
         "QUEUE_MAX_ATTEMPTS: must be at most 1000000"
     )
+
+
+def test_poll_interval_and_retention_below_their_bounds_are_refused_all_at_once() -> None:
+    """Issue 32, item 9: QUEUE_POLL_INTERVAL=1ms made an idle supervisor commit ~700 times a
+    second, and QUEUE_RETENTION_TTL=1ms deleted outcomes before anyone could read them."""
+    env = {
+        "QUEUE_POLL_INTERVAL": "1ms",
+        "QUEUE_RETENTION_TTL": "1ms",
+        "QUEUE_RETENTION_PERIOD": "1ms",
+    }
+    assert [line.split(";")[0] for line in problems(env)] == [
+        'QUEUE_POLL_INTERVAL: "1ms" is shorter than 50ms: every idle supervisor would query '
+        "the database that often",
+        'QUEUE_RETENTION_TTL: "1ms" is shorter than 1m: results, idempotency keys and '
+        "finished parents would be deleted before anyone could read them",
+        'QUEUE_RETENTION_PERIOD: "1ms" is shorter than 1s: every supervisor would run '
+        "retention's DELETE that often",
+    ]
+    assert "write e.g. 1s" in problems({"QUEUE_POLL_INTERVAL": "49ms"})[0]
+    (flag,) = problems(overrides={"QUEUE_POLL_INTERVAL": "10ms"})  # --poll-interval 10ms
+    assert flag.startswith('QUEUE_POLL_INTERVAL: "10ms" is shorter than 50ms')
+
+
+def test_poll_interval_and_retention_bounds_themselves_are_accepted() -> None:
+    s = load({"QUEUE_POLL_INTERVAL": "50ms", "QUEUE_RETENTION_TTL": "1m",
+              "QUEUE_RETENTION_PERIOD": "1s"})  # fmt: skip
+    assert (s.poll_interval, s.retention_ttl, s.retention_period) == (
+        timedelta(milliseconds=50),
+        timedelta(minutes=1),
+        timedelta(seconds=1),
+    )
+    assert load({"QUEUE_RETENTION_TTL": "0"}).retention_ttl == timedelta(0)  # still "off"
