@@ -346,7 +346,7 @@ class Reloader:
 def main(argv: list[str] | None = None) -> int:
     """The throwaway check: import the app; print CHECK_PASSED and exit 0, or print one line
     and exit 1."""
-    parser = argparse.ArgumentParser(prog="python -m brooq.supervisor.reload")
+    parser = argparse.ArgumentParser(prog="python -m brooq.supervisor.reload", allow_abbrev=False)
     parser.add_argument("--app", required=True)
     args = parser.parse_args(argv)
     try:
