@@ -6,8 +6,9 @@ SIGHUP it imports the app again. The loop never waits for either import:
 
 1. **Check** — a throwaway ``python -m brooq.supervisor.reload --app SPEC``
    imports the new code in a process of its own (bounded by CHECK_TIMEOUT_S),
-   with the first import's sys.path and working directory, so code that fails to import, exits, or hangs at import never touches the
-   supervisor. The loop polls it.
+   with the first import's sys.path and working directory, so code that fails
+   to import, exits, or hangs at import never touches the supervisor. The loop
+   polls it.
 2. **Load** — a thread of the parent forgets the modules of the app's code
    (apploader.py), imports the app again and reads the settings again (.env,
    TOML, credentials; the environment and the command line are the process's
