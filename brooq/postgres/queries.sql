@@ -254,6 +254,20 @@ WITH inserted AS (
 SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
 
+-- name: copy_jobs
+-- A keyless batch streamed in COPY's text format (brooq.postgres.bulk): the columns named,
+-- so every other one takes its default (state, times, available_at = now()).
+COPY job (id, payload, topic, priority, rate_key) FROM STDIN
+
+-- name: copy_jobs_at
+-- copy_jobs for jobs that carry their own available_at.
+COPY job (id, payload, topic, priority, rate_key, available_at) FROM STDIN
+
+-- name: notify_topics
+-- The NOTIFYs of a batch written with COPY (which returns nothing to notify from): one
+-- per topic, sent when its transaction commits, as the enqueue statements' are.
+SELECT pg_notify('brooq_job', topic) FROM unnest(%(topics)s::text[]) AS topic
+
 -- name: existing_keys
 -- The jobs holding idempotency keys an enqueue did not insert, read anew (a statement of
 -- its own sees the keys of transactions that committed after the enqueue's began).

@@ -8,8 +8,9 @@ import time
 import uuid
 from collections.abc import Callable
 
-_RAND_MASK = (1 << 62) - 1
 _COUNTER_MAX = 0xFFF
+_VARIANT_DIGIT = {f"{d:x}": f"{0b1000 | d & 0b11:x}" for d in range(16)}
+"""A random hex digit with its top two bits set to the variant, binary 10."""
 
 FOLLOW_BACK_AFTER_MS = 1_000
 """How far the wall clock may fall behind the latest id's stamp before ids follow it back."""
@@ -36,7 +37,7 @@ class JobIds:
         48 bits of Unix milliseconds, then a 12-bit counter that orders ids made
         in the same millisecond (RFC 9562, method 1), then 62 random bits.
         """
-        randoms = os.urandom(8 * count)
+        randoms = os.urandom(8 * count + 2)  # 62 bits an id, and the counter's start
         stamps = []
         with self._lock:
             ms = self._now_ns() // 1_000_000
@@ -55,7 +56,8 @@ class JobIds:
             # database's clock, set by each transaction), so the order of jobs only
             # changes for two enqueues in one transaction that straddle the step.
             if ms > self._last_ms or self._last_ms - ms > FOLLOW_BACK_AFTER_MS:
-                self._last_ms, self._counter = ms, randoms[0] & 0x1FF  # random start
+                start = int.from_bytes(randoms[-2:], "big") & 0x1FF  # room to count
+                self._last_ms, self._counter = ms, start
             else:
                 self._counter += 1
             for _ in range(count):
@@ -64,14 +66,27 @@ class JobIds:
                 stamps.append((self._last_ms, self._counter))
                 self._counter += 1
             self._counter -= 1
-        return [_format(stamp, counter, randoms, i) for i, (stamp, counter) in enumerate(stamps)]
+        return _format(stamps, randoms.hex())
 
 
-def _format(stamp: int, counter: int, randoms: bytes, i: int) -> str:
-    rand = int.from_bytes(randoms[8 * i : 8 * i + 8], "big") & _RAND_MASK
-    value = (stamp & 0xFFFFFFFFFFFF) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
-    h = f"{value:032x}"
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+def _format(stamps: list[tuple[int, int]], hexes: str) -> list[str]:
+    """The ids of ``stamps`` (ms, counter), the random bits from ``hexes`` (16 digits an id).
+
+    Made as text, not as a 128-bit int formatted (a bulk enqueue makes thousands a
+    second): the stamp's digits once per millisecond, the version digit 7, the counter,
+    then the variant (binary 10) in the top bits of the random part's first digit.
+    """
+    out = []
+    prefixes: dict[int, str] = {}
+    variant = _VARIANT_DIGIT
+    for i, (stamp, counter) in enumerate(stamps):
+        prefix = prefixes.get(stamp)
+        if prefix is None:
+            h = f"{stamp & 0xFFFFFFFFFFFF:012x}"
+            prefix = prefixes[stamp] = f"{h[:8]}-{h[8:]}-7"
+        r = hexes[16 * i : 16 * i + 16]
+        out.append(f"{prefix}{counter:03x}-{variant[r[0]]}{r[1:4]}-{r[4:]}")
+    return out
 
 
 _PROCESS_IDS = JobIds()

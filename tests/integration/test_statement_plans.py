@@ -49,6 +49,9 @@ NOT_ON_JOB = {
     "add_partitions": "a function: DDL, planned by the function itself",
     "drop_partition": "a function: DDL, planned by the function itself",
     "partitions": "the catalog and statistics",
+    "copy_jobs": "COPY: no plan, it inserts what it is sent",
+    "copy_jobs_at": "COPY: no plan, it inserts what it is sent",
+    "notify_topics": "pg_notify",
 }
 CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited"}
 BY_ID = {"settle", "get", "cancel"}
