@@ -27,7 +27,8 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from brooq.postgres.sql import sql
-from brooq.vocabulary import Enqueued, Job, encode_payload, new_job_ids
+from brooq.vocabulary import Enqueued, Job, new_job_ids
+from brooq.vocabulary.payload import encode_payloads
 
 COPY_MIN_JOBS = 64
 """The fewest jobs written with COPY: below, one INSERT statement (one round trip) is
@@ -58,7 +59,7 @@ class CopyBatch:
     def __init__(self, jobs: Sequence[Job], max_payload_bytes: int) -> None:
         self.jobs = jobs
         self.ids = new_job_ids(len(jobs))
-        self.payloads = [encode_payload(job.payload, max_bytes=max_payload_bytes) for job in jobs]
+        self.payloads = encode_payloads([job.payload for job in jobs], max_bytes=max_payload_bytes)
         self.delayed = jobs[0].available_at is not None
         self.topics = sorted({job.topic for job in jobs})
 

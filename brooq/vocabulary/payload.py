@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
@@ -59,6 +60,34 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
             "strip it or base64-encode binary data"
         )
     return text
+
+
+def encode_payloads(payloads: Iterable[Any], *, max_bytes: int) -> list[str]:
+    """:func:`encode_payload` of each payload, in order: the same text, checks and errors,
+    in one loop (a bulk enqueue encodes thousands)."""
+    fast = _FAST
+    out = []
+    for payload in payloads:
+        text = None
+        if fast is not None and type(payload) is dict:
+            try:
+                text = "".join(fast(payload, 0))
+            except Exception:
+                text = None  # encode_payload below says what is wrong
+        if text is None or "\\u0000" in text or not _fits(text, max_bytes):
+            text = encode_payload(payload, max_bytes=max_bytes)
+        out.append(text)
+    return out
+
+
+def _fits(text: str, max_bytes: int) -> bool:
+    """True when ``text`` is valid UTF-8 of at most ``max_bytes`` bytes."""
+    if text.isascii():
+        return len(text) <= max_bytes
+    try:
+        return len(text.encode("utf-8")) <= max_bytes
+    except UnicodeEncodeError:
+        return False
 
 
 def _encode(payload: Any) -> str:
