@@ -250,6 +250,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         prog="python -m benchmarks",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
     )
     p.add_argument(
         "--quick",

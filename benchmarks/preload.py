@@ -136,7 +136,7 @@ def run_one(app: str, how: str, workers: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.preload")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.preload", allow_abbrev=False)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)

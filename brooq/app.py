@@ -15,13 +15,29 @@ class AppLoadError(InvalidInput):
     """The --app value does not name an importable brooq.Queue."""
 
 
-def load_app(spec: str) -> Queue:
-    """Import ``module:attribute`` (the current directory is on the path) and return the Queue."""
+def import_path() -> list[str]:
+    """The module search path an app is imported with: ``sys.path``, the current directory
+    first unless it is on it already, every entry absolute (as resolved from here and now).
+
+    A reload imports the app again with this same list (see brooq.supervisor.apploader), so
+    that it finds each module where the first import found it, whatever its working
+    directory or its interpreter's own ``sys.path[0]``.
+    """
+    cwd = os.getcwd()
+    path = [p if os.path.isabs(p) else os.path.abspath(p) for p in sys.path]  # "" is cwd
+    return path if cwd in path else [cwd, *path]
+
+
+def load_app(spec: str, path: list[str] | None = None) -> Queue:
+    """Import ``module:attribute`` and return the Queue.
+
+    ``path`` becomes ``sys.path`` first (default: :func:`import_path`, the current
+    directory on it).
+    """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise AppLoadError(f"--app {spec!r} must look like module:attribute, e.g. myapp.jobs:queue")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    sys.path[:] = import_path() if path is None else path
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:

@@ -203,7 +203,7 @@ def next_steps(dsn: str, dead_id: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Enqueue demo jobs, process them with real workers, print the outcomes."""
-    parser = argparse.ArgumentParser(prog="python -m brooq.demo")
+    parser = argparse.ArgumentParser(prog="python -m brooq.demo", allow_abbrev=False)
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=120.0)

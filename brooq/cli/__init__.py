@@ -19,6 +19,7 @@ from brooq import __version__
 from brooq.cli import configure, dashboard, jobgroup, jobs, migrate, run, status, workers
 from brooq.cli.common import add_global_flags, require_dsn, settings_from
 from brooq.cli.errors import Exit, UsageError
+from brooq.cli.parsing import StrictParser
 from brooq.config import ConfigError, Settings
 from brooq.logs import hide_secrets, setup_logging
 from brooq.vocabulary import BrooqError, InvalidInput, SchemaMissing, StoreUnavailable
@@ -31,7 +32,7 @@ COMMAND_GROUPS = (migrate, jobs, jobgroup, status, workers, configure, run, dash
 
 def parser() -> argparse.ArgumentParser:
     """The whole command line."""
-    top = argparse.ArgumentParser(
+    top = StrictParser(
         prog="brooq",
         description="brooq: a PostgreSQL-backed job queue.",
         epilog="Configuration: environment, .env, --config TOML, flags. See `brooq config show`.",

@@ -3,9 +3,12 @@
 Both stores plan an enqueue of jobs with parents (``Job(after=…)``, a workflow) here,
 from the states of the parents that already exist, then write the plan in one statement:
 
-- an edge to a parent that has ended records that end (``done``, ``dead``, ``canceled``),
-  and one to a parent that does not exist records ``missing``; an edge to a parent not
-  ended yet (or one of the same enqueue that is not canceled by it) stays open (None);
+- an edge to a parent that has ended records that end (``done``, ``dead``, ``canceled``);
+  an edge to a parent not ended yet (or one of the same enqueue that is not canceled by
+  it) stays open (None), and so does one to a parent the enqueue cannot see: it may be
+  written by a transaction that has not committed yet. The reaper's safety net resolves
+  such an edge as ``missing`` once its child is `MISSING_PARENT_GRACE` old and the parent
+  still cannot be seen;
 - a job whose resolved parents include a failed one (dead, canceled, missing) and whose
   policy is ``cancel`` is written ``canceled``, with a reason naming the first such parent
   by id (what the store's statement names when a parent fails later);
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from brooq.vocabulary import TERMINAL_STATES, InvalidJob, Job, Node, State
 
@@ -26,6 +30,11 @@ MISSING = "missing"
 """An edge's record of a parent that does not exist (never did, or was deleted by hand)."""
 EDGE_ENDS = ("done", "dead", "canceled", MISSING)
 """What an edge records of its parent once resolved (None while the parent has not ended)."""
+MISSING_PARENT_GRACE = timedelta(minutes=10)
+"""How long an edge to a parent nobody can see stays open (from its child's creation, on the
+database's clock) before the reaper resolves it as missing: the parent may be written by a
+transaction still open (``enqueue(parent, conn=…)`` not committed when the child, on another
+connection, was). Twice the idle-transaction bound docs/operations.md recommends (5 min)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +84,8 @@ def plan(
 ) -> list[Planned]:
     """The jobs of ``nodes`` (parents before children among them) as they are written.
 
-    ``known`` holds the state of every parent outside ``nodes`` that exists; a parent in
-    neither is missing.
+    ``known`` holds the state of every parent outside ``nodes`` that exists (that the
+    enqueue can see); an edge to a parent in neither stays open (see the module).
     """
     planned: dict[str, Planned] = {}
     for node in nodes:
@@ -88,7 +97,7 @@ def plan(
                 state = known[parent]
                 end = str(state) if state in TERMINAL_STATES else None
             else:
-                end = MISSING
+                end = None  # not visible yet, or never: the reaper's safety net decides
             edges.append((parent, end))
         state, reason = fate(node.job, edges)
         planned[node.id] = Planned(node.id, node.job, tuple(edges), state, reason, workflow_id)

@@ -158,8 +158,9 @@ class Store(Protocol):
         ...
 
     def resolve_stranded(self, batch: int = 1000) -> int:
-        """Resolve, by their children's policies, open edges whose parent has ended or is
-        gone (the reaper's safety net; see queries.sql ``resolve_stranded``); how many."""
+        """Resolve, by their children's policies, open edges whose parent has ended, or is
+        gone while every child waiting for it is older than MISSING_PARENT_GRACE (the
+        reaper's safety net; see queries.sql ``resolve_stranded``); how many."""
         ...
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:

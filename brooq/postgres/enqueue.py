@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import psycopg
 
 from brooq.postgres.behind import on_callers_connection
+from brooq.postgres.bulk import CopyBatch, copy_on, copy_on_async, copyable
 from brooq.postgres.sql import sql
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -217,10 +218,13 @@ def enqueue_on(
     """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open.
 
     Nothing is committed here: the jobs (and their keys) become visible when
-    the caller commits and vanish if it rolls back.
+    the caller commits and vanish if it rolls back. A large keyless batch is
+    written with COPY (brooq.postgres.bulk).
     """
     if not jobs:
         return []
+    if copyable(jobs):
+        return copy_on(conn, CopyBatch(jobs, max_payload_bytes), notify)
     return run_steps(conn, steps_for(jobs, notify, max_payload_bytes))
 
 
@@ -248,6 +252,8 @@ async def enqueue_on_async(
     """:func:`enqueue_on` for an asyncio connection."""
     if not jobs:
         return []
+    if copyable(jobs):
+        return await copy_on_async(aconn, CopyBatch(jobs, max_payload_bytes), notify)
     steps = steps_for(jobs, notify, max_payload_bytes)
     try:
         statement, params = next(steps)

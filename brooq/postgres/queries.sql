@@ -254,6 +254,20 @@ WITH inserted AS (
 SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM inserted
 {{notify_forced}}
 
+-- name: copy_jobs
+-- A keyless batch streamed in COPY's text format (brooq.postgres.bulk): the columns named,
+-- so every other one takes its default (state, times, available_at = now()).
+COPY job (id, payload, topic, priority, rate_key) FROM STDIN
+
+-- name: copy_jobs_at
+-- copy_jobs for jobs that carry their own available_at.
+COPY job (id, payload, topic, priority, rate_key, available_at) FROM STDIN
+
+-- name: notify_topics
+-- The NOTIFYs of a batch written with COPY (which returns nothing to notify from): one
+-- per topic, sent when its transaction commits, as the enqueue statements' are.
+SELECT pg_notify('brooq_job', topic) FROM unnest(%(topics)s::text[]) AS topic
+
 -- name: existing_keys
 -- The jobs holding idempotency keys an enqueue did not insert, read anew (a statement of
 -- its own sees the keys of transactions that committed after the enqueue's began).
@@ -985,17 +999,19 @@ WHERE to_regclass(t) IS NOT NULL
            AND has_table_privilege(to_regclass(t), 'DELETE'))
 
 -- name: parent_states
--- Workflows: the parents an enqueue names that exist, with their states (the others are
--- missing). Read before the jobs are planned (brooq.engine.edges), without a lock: a
--- parent that ends between this read and the enqueue's commit cannot see the new edge,
--- which the reaper's resolve_stranded then resolves.
+-- Workflows: the parents an enqueue names that it can see, with their states (an edge to
+-- one it cannot see stays open: its transaction may not have committed yet). Read before
+-- the jobs are planned (brooq.engine.edges), without a lock: a parent that ends between
+-- this read and the enqueue's commit cannot see the new edge, which the reaper's
+-- resolve_stranded then resolves.
 SELECT id, state FROM job WHERE id = ANY(%(ids)s::uuid[])
 
 -- name: enqueue_graph
 -- Jobs with parents (Job(after=…), a workflow), as brooq.engine.edges planned them: each
 -- with its state (waiting; pending when every parent had ended; canceled by its policy),
--- its parents left, and its edges (parent_state set for a parent that had ended, or is
--- missing); keyed as enqueue_many keys its jobs. Edges go in with the child they belong
+-- its parents left, and its edges (parent_state set for a parent that had ended; open for
+-- one not ended, or not visible: resolve_stranded decides); keyed as enqueue_many keys its
+-- jobs. Edges go in with the child they belong
 -- to, in the same statement: a child whose idempotency key was taken is not inserted,
 -- and neither are its edges.
 WITH input AS (
@@ -1097,14 +1113,22 @@ SELECT count(*) AS canceled FROM canceled
 -- statement that ends a parent resolves every edge committed before it began; an edge
 -- whose enqueue committed while its parent was ending (it read the parent as live, the
 -- settle could not see the edge), or a parent deleted by hand, is resolved here, by the
--- same fragment. A parent that ended is locked (shared) and read again, so one retried
--- meanwhile is left alone.
+-- same fragment. A parent nobody can see may be written by a transaction still open (the
+-- enqueue leaves its edge open): it is missing only once every child still waiting for it
+-- was created more than `grace` ago (brooq.engine.edges.MISSING_PARENT_GRACE). A parent
+-- that ended is locked (shared) and read again, so one retried meanwhile is left alone.
 WITH RECURSIVE unresolved AS (
     SELECT DISTINCT parent_id AS id FROM job_edge WHERE parent_state IS NULL
 ), stranded AS (
-    SELECT unresolved.id FROM unresolved
-    WHERE COALESCE((SELECT job.state FROM job WHERE job.id = unresolved.id), 'missing')
-          IN ('done', 'dead', 'canceled', 'missing')
+    SELECT unresolved.id
+    FROM unresolved,
+         LATERAL (SELECT COALESCE((SELECT job.state FROM job WHERE job.id = unresolved.id),
+                                  'missing') AS state) AS parent
+    WHERE parent.state IN ('done', 'dead', 'canceled')
+       OR (parent.state = 'missing'
+           AND NOT EXISTS (SELECT FROM job_edge AS e JOIN job AS c ON c.id = e.child_id
+                           WHERE e.parent_id = unresolved.id AND e.parent_state IS NULL
+                             AND c.created_at > now() - %(grace)s))
     LIMIT %(batch)s
 ), finished AS (
     SELECT job.id, job.state FROM job

@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 
-from brooq.engine.edges import Planned, enqueued_twice, outside, plan
+from brooq.engine.edges import MISSING_PARENT_GRACE, Planned, enqueued_twice, outside, plan
 from brooq.engine.inspection import Family, Relative
 from brooq.engine.outcome import clean_reason
 from brooq.postgres.connect import Connector
@@ -164,7 +164,8 @@ class PostgresWorkflows:
 
     def resolve_stranded(self, batch: int = 1000) -> int:
         """The reaper's safety net for edges (queries.sql ``resolve_stranded``); how many."""
-        return int(retrying(self.connector, sql("resolve_stranded"), {"batch": batch})[0][0])
+        params = {"batch": batch, "grace": MISSING_PARENT_GRACE}
+        return int(retrying(self.connector, sql("resolve_stranded"), params)[0][0])
 
 
 def parents_on(conn: psycopg.Connection[Any], job_id: str) -> dict[str, Parent]:

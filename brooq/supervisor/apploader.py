@@ -2,7 +2,10 @@
 
 What a reload imports again: the app's own package, and what it imported
 from outside the standard library and the installed libraries (the
-project's own code); never compiled extensions or brooq itself.
+project's own code); never compiled extensions or brooq itself. It imports
+them with the module search path and working directory of the first import
+(the supervisor's own, whatever changed them since), in the parent and in
+the throwaway check alike, so each module is found where it was found first.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import sysconfig
 from pathlib import Path
 from types import ModuleType
 
-from brooq.app import load_app
+from brooq.app import import_path, load_app
 from brooq.queue import Queue
 
 _PATHS = sysconfig.get_paths()
@@ -50,11 +53,17 @@ class AppLoader:
         """The modules the last :meth:`load_again` forgot."""
         self.loaded_before: set[str] = set()
         """The modules loaded before the last :meth:`load_again` began."""
+        self.path: list[str] = []
+        """``sys.path`` as the first import began (every entry absolute)."""
+        self.cwd = ""
+        """The working directory of the first import."""
+        self._path_before: list[str] | None = None
 
     def load(self) -> Queue:
         """The first import (AppLoadError when it fails)."""
         before = set(sys.modules)
-        queue = load_app(self.spec)
+        self.path, self.cwd = import_path(), os.getcwd()
+        queue = load_app(self.spec, list(self.path))
         self.modules = {
             n for n in set(sys.modules) - before if _reloadable(n, sys.modules[n], self.package)
         }
@@ -68,11 +77,12 @@ class AppLoader:
         """
         saved = {n: sys.modules.pop(n) for n in sorted(self.modules) if n in sys.modules}
         self.saved = saved
+        self._path_before = list(sys.path)
         importlib.invalidate_caches()
         before = set(sys.modules)
         self.loaded_before = before
         try:
-            queue = load_app(self.spec)
+            queue = load_app(self.spec, list(self.path))
         except BaseException:
             self.put_back()
             raise
@@ -84,7 +94,10 @@ class AppLoader:
         return queue
 
     def put_back(self) -> None:
-        """Drop what the last :meth:`load_again` imported and restore the modules it forgot."""
+        """Drop what the last :meth:`load_again` imported and restore the modules it forgot,
+        and the module search path the old code ran with."""
         for name in set(sys.modules) - self.loaded_before:
             sys.modules.pop(name, None)
         sys.modules.update(self.saved)
+        if self._path_before is not None:
+            sys.path[:] = self._path_before

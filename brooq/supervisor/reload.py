@@ -6,8 +6,9 @@ SIGHUP it imports the app again. The loop never waits for either import:
 
 1. **Check** — a throwaway ``python -m brooq.supervisor.reload --app SPEC``
    imports the new code in a process of its own (bounded by CHECK_TIMEOUT_S),
-   so code that fails to import, exits, or hangs at import never touches the
-   supervisor. The loop polls it.
+   with the first import's sys.path and working directory, so code that fails
+   to import, exits, or hangs at import never touches the supervisor. The loop
+   polls it.
 2. **Load** — a thread of the parent forgets the modules of the app's code
    (apploader.py), imports the app again and reads the settings again (.env,
    TOML, credentials; the environment and the command line are the process's
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import subprocess
@@ -53,6 +55,8 @@ CHECK_TIMEOUT_S = 60.0
 """How long the throwaway import may take before the reload is given up."""
 LOAD_MIN_S = 5.0
 """The least time the import in the parent is given (it may take 3× what the check took)."""
+IMPORT_PATH_ENV = "BROOQ_RELOAD_IMPORT_PATH"
+"""The check's environment variable holding the first import's ``sys.path`` (a JSON list)."""
 CHECK_PASSED = "brooq-reload-check: imported"
 """What a check prints when the import returned; without it the check failed."""
 NEEDS_RESTART = (
@@ -108,19 +112,25 @@ class Check(Protocol):
 
 
 class ImportCheck:
-    """The check as a process: ``python -m brooq.supervisor.reload --app SPEC``."""
+    """The check as a process: ``python -m brooq.supervisor.reload --app SPEC``, importing
+    with the module search path and in the working directory of the first import."""
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, loader: AppLoader) -> None:
         self.output: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop)
+        env = {k: v for k, v in os.environ.items() if k.lower() != "prometheus_multiproc_dir"}
+        # Metrics the app makes at import must not leave files in the supervisor's folder.
+        # Its own sys.path would differ from the supervisor's (its sys.path[0] is the
+        # working directory, not the directory of the `brooq` script; other interpreter
+        # flags): it imports with the first import's, handed over here.
+        env[IMPORT_PATH_ENV] = json.dumps(loader.path)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "brooq.supervisor.reload", "--app", spec],
+            [sys.executable, "-m", "brooq.supervisor.reload", "--app", loader.spec],
             stdin=subprocess.DEVNULL,
             stdout=self.output,
             stderr=subprocess.STDOUT,
-            cwd=os.getcwd(),
+            cwd=loader.cwd or None,
             close_fds=True,
-            # Metrics the app makes at import must not leave files in the supervisor's folder.
-            env={k: v for k, v in os.environ.items() if k.lower() != "prometheus_multiproc_dir"},
+            env=env,
         )
 
     def verdict(self) -> str | None:
@@ -169,7 +179,7 @@ class Reloader:
         prepare: Callable[[Queue, Settings], list[list[str]]],
         configured: list[list[str]],
         notifier: Notifier | None = None,
-        start_check: Callable[[str], Check] = ImportCheck,
+        start_check: Callable[[AppLoader], Check] = ImportCheck,
     ) -> None:
         self.loader, self.settings, self.prepare = loader, settings, prepare
         self.start_check = start_check
@@ -248,7 +258,7 @@ class Reloader:
     # --- check ----------------------------------------------------------------------------
 
     def _start_check(self, now: float) -> None:
-        self.check = self.start_check(self.loader.spec)
+        self.check = self.start_check(self.loader)
         self.phase = Phase.CHECKING
         self.started = now
         self.deadline = now + CHECK_TIMEOUT_S
@@ -346,11 +356,12 @@ class Reloader:
 def main(argv: list[str] | None = None) -> int:
     """The throwaway check: import the app; print CHECK_PASSED and exit 0, or print one line
     and exit 1."""
-    parser = argparse.ArgumentParser(prog="python -m brooq.supervisor.reload")
+    parser = argparse.ArgumentParser(prog="python -m brooq.supervisor.reload", allow_abbrev=False)
     parser.add_argument("--app", required=True)
     args = parser.parse_args(argv)
+    given = os.environ.get(IMPORT_PATH_ENV)
     try:
-        load_app(args.app)
+        load_app(args.app, json.loads(given) if given else None)
     except BaseException as exc:
         print(f"{type(exc).__name__}: {exc}", flush=True)
         return 1

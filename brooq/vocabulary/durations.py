@@ -23,9 +23,13 @@ def parse_duration(text: str) -> timedelta:
     """Parse `120s`, `2m`, `1h30m`, `500ms`, `1.5s`, `2d` (units ms, s, m, h, d).
 
     A leading sign is allowed; bare `0` is zero. Any other number without a
-    unit raises ValueError, as does anything that is not a duration.
+    unit raises ValueError, as does anything that is not a duration: spaces
+    around it or digits of another script than ASCII (``"٥s"``) too. (Settings
+    are stripped where they are read: a file's padding is not the value's.)
     """
     body = text.strip()
+    if body != text:
+        raise ValueError(f"{text!r} has spaces around it; write it without, e.g. {body or '90s'}")
     sign, unsigned = (-1, body[1:]) if body.startswith("-") else (1, body.removeprefix("+"))
     if unsigned == "0":
         return _ZERO
@@ -33,8 +37,8 @@ def parse_duration(text: str) -> timedelta:
         raise ValueError(f'"{body}" has no unit; write e.g. {unsigned}s, 2m or 1h')
     if not _DURATION.fullmatch(unsigned):
         raise ValueError(
-            f'"{body}" is not a duration; write numbers with units (ms, s, m, h, d), '
-            "e.g. 90s or 1h30m"
+            f'"{body}" is not a duration; write numbers of ASCII digits with units '
+            "(ms, s, m, h, d), e.g. 90s or 1h30m"
         )
     micros = sum(Fraction(n) * _MICROS[unit] for n, unit in _DURATION_PART.findall(unsigned))
     try:

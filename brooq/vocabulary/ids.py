@@ -6,44 +6,101 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Callable
 
-_lock = threading.Lock()
-_last_ms = 0
-_counter = 0
-_RAND_MASK = (1 << 62) - 1
+_COUNTER_MAX = 0xFFF
+_VARIANT_DIGIT = {f"{d:x}": f"{0b1000 | d & 0b11:x}" for d in range(16)}
+"""A random hex digit with its top two bits set to the variant, binary 10."""
+
+FOLLOW_BACK_AFTER_MS = 1_000
+"""How far the wall clock may fall behind the latest id's stamp before ids follow it back."""
+
+
+class JobIds:
+    """The UUIDv7 ids of one process, made from a wall clock (``now_ns``: Unix nanoseconds).
+
+    While the clock runs normally the ids strictly increase across calls.
+    When the clock falls behind the latest stamp by at most
+    `FOLLOW_BACK_AFTER_MS`, ids go on counting from that stamp (still
+    increasing); when it falls further behind, they follow the clock again.
+    """
+
+    def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
+        self._now_ns = now_ns
+        self._lock = threading.Lock()
+        self._last_ms = 0
+        self._counter = 0
+
+    def make(self, count: int) -> list[str]:
+        """``count`` fresh UUIDv7 strings, strictly increasing (see the class for the clock).
+
+        48 bits of Unix milliseconds, then a 12-bit counter that orders ids made
+        in the same millisecond (RFC 9562, method 1), then 62 random bits.
+        """
+        randoms = os.urandom(8 * count + 2)  # 62 bits an id, and the counter's start
+        stamps = []
+        with self._lock:
+            ms = self._now_ns() // 1_000_000
+            # A stamp ahead of the clock by a little is ours: a batch of more than 4,096
+            # ids a millisecond borrows from the next ones, and a clock slewed or stepped
+            # back by some milliseconds comes back there soon; counting on from it keeps
+            # the ids increasing. A stamp further ahead than any batch borrows (1 s is
+            # ~3.5 million ids) comes from a clock that jumped forward and was set right:
+            # counting on from it would keep every id of this process, and the partition
+            # its row goes to (ids are creation times), as far in the future as the jump
+            # for as long as it lasted. Following the clock back is safe: uniqueness
+            # never rested on the order (each id has 62 random bits, and the primary key
+            # would refuse a repeat rather than merge it); the ids of one call (one
+            # batch) still increase; only a call after the step sorts before those made
+            # during the jump, and the claim orders by available_at first (the
+            # database's clock, set by each transaction), so the order of jobs only
+            # changes for two enqueues in one transaction that straddle the step.
+            if ms > self._last_ms or self._last_ms - ms > FOLLOW_BACK_AFTER_MS:
+                start = int.from_bytes(randoms[-2:], "big") & 0x1FF  # room to count
+                self._last_ms, self._counter = ms, start
+            else:
+                self._counter += 1
+            for _ in range(count):
+                if self._counter > _COUNTER_MAX:
+                    self._last_ms, self._counter = self._last_ms + 1, 0
+                stamps.append((self._last_ms, self._counter))
+                self._counter += 1
+            self._counter -= 1
+        return _format(stamps, randoms.hex())
+
+
+def _format(stamps: list[tuple[int, int]], hexes: str) -> list[str]:
+    """The ids of ``stamps`` (ms, counter), the random bits from ``hexes`` (16 digits an id).
+
+    Made as text, not as a 128-bit int formatted (a bulk enqueue makes thousands a
+    second): the stamp's digits once per millisecond, the version digit 7, the counter,
+    then the variant (binary 10) in the top bits of the random part's first digit.
+    """
+    out = []
+    prefixes: dict[int, str] = {}
+    variant = _VARIANT_DIGIT
+    for i, (stamp, counter) in enumerate(stamps):
+        prefix = prefixes.get(stamp)
+        if prefix is None:
+            h = f"{stamp & 0xFFFFFFFFFFFF:012x}"
+            prefix = prefixes[stamp] = f"{h[:8]}-{h[8:]}-7"
+        r = hexes[16 * i : 16 * i + 16]
+        out.append(f"{prefix}{counter:03x}-{variant[r[0]]}{r[1:4]}-{r[4:]}")
+    return out
+
+
+_PROCESS_IDS = JobIds()
 
 
 def new_job_ids(count: int) -> list[str]:
-    """``count`` fresh UUIDv7 strings, strictly increasing across calls in this process.
-
-    48 bits of Unix milliseconds, then a 12-bit counter that orders ids made
-    in the same millisecond (RFC 9562, method 1), then 62 random bits.
-    """
-    global _last_ms, _counter
-    randoms = os.urandom(8 * count)
-    stamps = []
-    with _lock:
-        ms = time.time_ns() // 1_000_000
-        for _ in range(count):
-            if ms > _last_ms:
-                _last_ms, _counter = ms, randoms[0] & 0x1FF  # random start, room to count
-            else:
-                _counter += 1
-                if _counter > 0xFFF:
-                    _last_ms, _counter = _last_ms + 1, 0
-            stamps.append((_last_ms, _counter))
-    out = []
-    for i, (stamp, counter) in enumerate(stamps):
-        rand = int.from_bytes(randoms[8 * i : 8 * i + 8], "big") & _RAND_MASK
-        value = (stamp & 0xFFFFFFFFFFFF) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand
-        h = f"{value:032x}"
-        out.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
-    return out
+    """``count`` fresh UUIDv7 strings, strictly increasing across calls in this process
+    while its clock runs normally (see :class:`JobIds`)."""
+    return _PROCESS_IDS.make(count)
 
 
 def new_job_id() -> str:
     """A fresh UUIDv7 string (see :func:`new_job_ids`)."""
-    return new_job_ids(1)[0]
+    return _PROCESS_IDS.make(1)[0]
 
 
 def parse_job_id(text: str) -> str:

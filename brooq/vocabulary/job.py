@@ -14,6 +14,7 @@ from brooq.vocabulary.topic import Topic
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 512
 PRIORITY_RANGE = range(-32768, 32768)
+_set = object.__setattr__  # a frozen dataclass sets its own fields this way
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,17 +47,25 @@ class Job:
     _topic: Topic = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_topic", Topic(self.topic))
+        # Written for speed as well as checking (a bulk enqueue makes thousands a second);
+        # every check of the slower spelling is kept.
+        _set(self, "_topic", Topic(self.topic))
         if self.after != ():
-            object.__setattr__(self, "after", parent_ids(self.after))
-        check_policy(self.if_parent_fails)
-        for name in ("idempotency_key", "rate_key"):
-            if getattr(self, name) is not None:
-                _check_key(name, getattr(self, name))
-                if getattr(self, name) == "":
-                    object.__setattr__(self, name, None)
+            _set(self, "after", parent_ids(self.after))
+        if self.if_parent_fails != "cancel":
+            check_policy(self.if_parent_fails)
+        if self.idempotency_key is not None:
+            _check_key("idempotency_key", self.idempotency_key)
+            if self.idempotency_key == "":
+                _set(self, "idempotency_key", None)
+        if self.rate_key is not None:
+            _check_key("rate_key", self.rate_key)
+            if self.rate_key == "":
+                _set(self, "rate_key", None)
         prio = self.priority
-        if isinstance(prio, bool) or not isinstance(prio, int) or prio not in PRIORITY_RANGE:
+        if type(prio) is not int and (isinstance(prio, bool) or not isinstance(prio, int)):
+            raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {prio!r}")
+        if not -32768 <= prio <= 32767:
             raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {prio!r}")
         at = self.available_at
         if at is not None:
@@ -85,12 +94,19 @@ class Enqueued(tuple[str, bool]):
     transaction (a key is free once its row is gone).
     """
 
-    state: State
+    state: State = State.PENDING  # a class default: most are, and a bulk enqueue makes many
 
     def __new__(cls, id: str, created: bool, state: State = State.PENDING) -> Enqueued:
         self = super().__new__(cls, (id, created))
-        self.state = state
+        if state is not State.PENDING:
+            self.state = state
         return self
+
+    @classmethod
+    def pending(cls, ids: Sequence[str]) -> list[Enqueued]:
+        """``Enqueued(id, True)`` for each of ``ids``: jobs written, pending (fast, for bulk)."""
+        new = tuple.__new__
+        return [new(cls, (job_id, True)) for job_id in ids]
 
     @property
     def id(self) -> str:

@@ -12,8 +12,12 @@ MAX_RATE_COUNT = 1_000_000
 PERIODS = {"s": timedelta(seconds=1), "m": timedelta(minutes=1), "h": timedelta(hours=1)}
 """The intervals a rate limit may name: ``/s``, ``/m``, ``/h``."""
 
-_RATE = re.compile(r"\s*(\d+)\s*/\s*([smh])\s*")
-_FORMAT = 'a whole number of starts per second, minute or hour, like "100/s", "30/m" or "5/h"'
+# [0-9], not \d: \d takes the digits of every script ("٥/s"), which int() reads as 5.
+_RATE = re.compile(r"([0-9]+)/([smh])")
+_FORMAT = (
+    'a whole number of starts per second, minute or hour, like "100/s", "30/m" or "5/h" '
+    "(ASCII digits, no spaces)"
+)
 
 
 @dataclass(frozen=True, slots=True)

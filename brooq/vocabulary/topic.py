@@ -8,6 +8,10 @@ from brooq.vocabulary.errors import InvalidTopic
 
 TOPIC_MAX_LENGTH = 128
 _TOPIC_RE = re.compile(r"[a-z0-9_]+(?:[.-][a-z0-9_]+)*")
+_KNOWN: dict[str, Topic] = {}
+"""Topics checked already, by text (a topic is valid or not by its text alone): a bulk
+enqueue checks each of its few topics once, not once a job."""
+_KNOWN_MOST = 4096
 
 
 class Topic(str):
@@ -20,6 +24,8 @@ class Topic(str):
     __slots__ = ()
 
     def __new__(cls, value: object) -> Topic:
+        if type(value) is str and (known := _KNOWN.get(value)) is not None:
+            return known
         if isinstance(value, Topic):
             return value
         if not isinstance(value, str):
@@ -27,7 +33,10 @@ class Topic(str):
         problem = topic_problem(value)
         if problem:
             raise InvalidTopic(problem)
-        return super().__new__(cls, value)
+        topic = super().__new__(cls, value)
+        if len(_KNOWN) < _KNOWN_MOST:
+            _KNOWN[str(value)] = topic
+        return topic
 
 
 def topic_problem(value: str) -> str | None:

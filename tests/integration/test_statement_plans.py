@@ -49,6 +49,9 @@ NOT_ON_JOB = {
     "add_partitions": "a function: DDL, planned by the function itself",
     "drop_partition": "a function: DDL, planned by the function itself",
     "partitions": "the catalog and statistics",
+    "copy_jobs": "COPY: no plan, it inserts what it is sent",
+    "copy_jobs_at": "COPY: no plan, it inserts what it is sent",
+    "notify_topics": "pg_notify",
 }
 CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited"}
 BY_ID = {"settle", "get", "cancel"}
@@ -158,7 +161,8 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "refund": 0, "retry_in": timedelta(0), "error": None, "traceback": None, "result": None,
         "outcomes": json.dumps(outcomes), "ids": ids, "holders": ["host:1:x"] * 3,
         "attempts": [1] * 3, "known": ids[:1], "max_expirations": 5, "batch": 1000,
-        "ttl": timedelta(days=3), "reason": None, "key_prefix": "key-1%",
+        "ttl": timedelta(days=3), "grace": timedelta(minutes=10), "reason": None,
+        "key_prefix": "key-1%",
         "since": timedelta(hours=1),
         "after_at": None, "after_id": None, "until": None, "most": 4,
         "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,

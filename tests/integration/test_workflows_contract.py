@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from brooq.engine.edges import MISSING_PARENT_GRACE
 from brooq.engine.outcome import DONE
 from brooq.engine.reaper import Reaper
 from brooq.engine.store import Ticket
@@ -105,14 +106,33 @@ def test_parents_that_ended_before_the_enqueue_are_resolved_at_once(env: Env) ->
     assert env.store.claim("w1", ["child"], LEASE) is not None
 
 
-def test_a_missing_parent_resolves_by_the_policy(env: Env) -> None:
-    canceled = add(env, "child", after=[MISSING_ID])
-    r = row(env, canceled)
+def past_grace(env: Env, *children: str) -> None:
+    """Make ``children`` older than the grace an edge to an unseen parent is given."""
+    for child in children:
+        env.force(child, created_at=env.now() - MISSING_PARENT_GRACE - timedelta(seconds=1))
+
+
+def test_a_missing_parent_is_waited_for_then_resolves_by_the_policy(env: Env) -> None:
+    """Issue 32, item 12: a parent the enqueue cannot see may be in a transaction that has
+    not committed yet; the child waits for it, and the reaper's safety net calls it missing
+    only once the child is MISSING_PARENT_GRACE old."""
+    cancels = add(env, "child", after=[MISSING_ID])
+    runs = add(env, "child", after=[MISSING_ID], if_parent_fails="run")
+    for child in (cancels, runs):
+        r = row(env, child)
+        assert (r.state, r.parents_left, r.last_error) == (State.WAITING, 1, None)
+    assert env.store.parents(runs) == {MISSING_ID: Parent(None)}
+    assert env.store.resolve_stranded() == 0  # within the grace: it may still commit
+    past_grace(env, cancels)
+    assert env.store.resolve_stranded() == 0  # every child waiting for it must be past it
+    past_grace(env, runs)
+    assert env.store.resolve_stranded() == 2
+    r = row(env, cancels)
     assert r.state is State.CANCELED
     assert r.last_error == f"canceled: parent {MISSING_ID} does not exist"
-    runs = add(env, "child", after=[MISSING_ID], if_parent_fails="run")
-    assert state(env, runs) is State.PENDING
+    assert (state(env, runs), row(env, runs).parents_left) == (State.PENDING, 0)
     assert env.store.parents(runs) == {MISSING_ID: Parent(None)}
+    assert env.store.resolve_stranded() == 0
 
 
 def test_a_keyed_child_is_enqueued_once_with_its_edges(env: Env) -> None:
@@ -224,6 +244,8 @@ def test_a_parent_gone_by_hand_is_resolved_by_the_reapers_safety_net(env: Env) -
     cancels = add(env, "child", after=[parent])
     runs = add(env, "child", after=[parent], if_parent_fails="run")
     delete_by_hand(env, parent)
+    assert env.store.resolve_stranded() == 0  # gone, or not committed yet: the grace
+    past_grace(env, cancels, runs)
     assert env.store.resolve_stranded() == 2
     r = row(env, cancels)
     assert r.state is State.CANCELED and r.last_error == f"canceled: parent {parent} does not exist"
@@ -289,8 +311,10 @@ def test_cancel_workflow_cancels_every_job_not_ended_in_one_call(env: Env) -> No
 
 
 def test_a_job_canceled_at_enqueue_cancels_its_workflow_children(env: Env) -> None:
+    dead = add(env)
+    env.store.settle(take(env, dead), dead_outcome())
     wf = Workflow()
-    a = wf.add(Job("work"), after=[MISSING_ID])
+    a = wf.add(Job("work"), after=[dead])
     b = wf.add(Job("work"), after=[a])
     runs = wf.add(Job("work", if_parent_fails="run"), after=[a])
     written = env.store.enqueue_workflow(wf)

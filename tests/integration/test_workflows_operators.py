@@ -165,7 +165,8 @@ def test_brooq_enqueue_after_parents(brooq: Run, store: PostgresStore) -> None:
         "--if-parent-fails",
         "run",
     )
-    assert code == 0 and json.loads(out)["state"] == "pending"  # a missing parent: it runs
+    # A parent it cannot see may not be committed yet: it waits (the reaper decides later).
+    assert code == 0 and json.loads(out)["state"] == "waiting"
     code, _, err = brooq("enqueue", "--topic", "t", "--payload", "{}", "--after", "nope")
     assert code == 2 and "not a job id" in err
     assert store.parents(child) == {parent.id: Parent(State.PENDING)}

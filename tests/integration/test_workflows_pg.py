@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from brooq.engine.edges import MISSING_PARENT_GRACE
 from brooq.engine.filters import JobFilter
 from brooq.engine.outcome import DONE
 from brooq.engine.reaper import Reaper
@@ -177,6 +178,49 @@ def test_an_enqueue_that_commits_while_its_parent_ends_is_resolved_by_the_reaper
     assert store.claim("w1", ["child"], LEASE) is None  # never early
     Reaper(store, Every(timedelta(seconds=5))).run_once()
     assert fetch(pg, child.id) == ("pending", 0, None)
+
+
+def test_a_child_of_a_parent_not_committed_yet_waits_for_it_and_runs_after_it(
+    dsn: str, pg: psycopg.Connection[Any], store: PostgresStore
+) -> None:
+    """Issue 32, item 12: the parent's enqueue is still open (``enqueue(…, conn=…)``) when
+    its child is enqueued on another connection, which cannot see it. The child was
+    canceled for good ("parent … does not exist"); now its edge stays open, the reaper
+    leaves it (within the grace), and the parent's settle makes it pending."""
+    with psycopg.connect(dsn) as conn:
+        (parent,) = enqueue_on(conn, [Job("work")])  # not committed
+        (child,) = store.enqueue_many([Job("child", after=[parent.id])])  # committed
+        assert child.state is State.WAITING
+        assert fetch(pg, child.id) == ("waiting", 1, None)
+        Reaper(store, Every(timedelta(seconds=5))).run_once()  # the parent is unseen yet
+        assert fetch(pg, child.id) == ("waiting", 1, None)
+        conn.commit()
+    Reaper(store, Every(timedelta(seconds=5))).run_once()
+    assert fetch(pg, child.id) == ("waiting", 1, None)
+    assert store.claim("w1", ["child"], LEASE) is None  # never before its parent
+    (ticket,) = take_all(store).values()
+    assert store.settle(ticket, DONE)
+    assert fetch(pg, child.id) == ("pending", 0, None)
+    assert store.parents(child.id) == {parent.id: Parent(State.DONE)}
+    claimed = store.claim("w1", ["child"], LEASE)
+    assert claimed is not None and claimed.id == child.id
+
+
+def test_a_parent_whose_enqueue_rolled_back_is_missing_once_the_grace_is_over(
+    dsn: str, pg: psycopg.Connection[Any], store: PostgresStore
+) -> None:
+    with psycopg.connect(dsn) as conn:
+        (parent,) = enqueue_on(conn, [Job("work")])
+        (child,) = store.enqueue_many([Job("child", after=[parent.id])])
+        conn.rollback()
+    Reaper(store, Every(timedelta(seconds=5))).run_once()
+    assert fetch(pg, child.id) == ("waiting", 1, None)
+    pg.execute(
+        "UPDATE job SET created_at = now() - %s - interval '1 second' WHERE id = %s",
+        (MISSING_PARENT_GRACE, child.id),
+    )
+    Reaper(store, Every(timedelta(seconds=5))).run_once()
+    assert fetch(pg, child.id) == ("canceled", 0, f"canceled: parent {parent.id} does not exist")
 
 
 def test_retry_of_a_failed_parent_makes_its_children_wait_for_it_again(

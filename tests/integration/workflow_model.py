@@ -2,10 +2,11 @@
 "Workflows"), not from the stores' code: what a child is at enqueue, and what ending its
 parents does to it.
 
-- At enqueue each edge records a parent that has ended (its state), one that does not
-  exist (``missing``), or nothing (the parent has not ended). A failed parent (dead,
-  canceled, missing) with policy ``cancel`` cancels the child, naming the first failed
-  parent by id; else it waits while an edge is open, and is pending when none is.
+- At enqueue each edge records a parent that has ended (its state), or nothing (the
+  parent has not ended, or cannot be seen: it may not be committed yet; the reaper calls
+  it ``missing`` only after MISSING_PARENT_GRACE). A failed parent (dead, canceled,
+  missing) with policy ``cancel`` cancels the child, naming the first failed parent by id;
+  else it waits while an edge is open, and is pending when none is.
 - A write that ends jobs (one statement) resolves the open edges of those jobs; the waiting
   children with policy ``cancel`` of a failed one are canceled in the same write, and so
   on down (their edges end as ``canceled``); each child's counter of parents left drops by

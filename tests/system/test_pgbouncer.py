@@ -223,6 +223,26 @@ def test_enqueue_in_the_callers_transaction_and_brooq_work_through_the_bouncer(
 
 
 @pytest.mark.timeout(60)
+def test_bulk_enqueue_with_copy_through_the_bouncer(pg: psycopg.Connection[Any], via: str) -> None:
+    """Issue 32, item 17: a keyless batch is written with COPY; through a transaction pooler
+    it is one more statement of a transaction (the queue's own, or the caller's)."""
+    queue = brooq.Queue(via, pgbouncer=True)
+    jobs = [brooq.Job(topic="work", payload={"n": n, "text": "a\tb\\c"}) for n in range(300)]
+    try:
+        for _ in range(3):  # the queue's own connection: one transaction per batch
+            assert all(e.created for e in queue.enqueue_many(jobs))
+        with psycopg.connect(via, prepare_threshold=None) as conn:
+            with conn.transaction():
+                queue.enqueue_many(jobs, conn=conn)
+            with conn.transaction(force_rollback=True):
+                queue.enqueue_many(jobs, conn=conn)
+    finally:
+        queue.close()
+    assert count(pg) == 1200
+    assert count(pg, "payload->>'text' = %s", ("a\tb\\c",)) == 1200
+
+
+@pytest.mark.timeout(60)
 def test_cli_commands_through_the_bouncer(
     pg: psycopg.Connection[Any], tmp_path: Path, via: str
 ) -> None:

@@ -9,6 +9,7 @@ workers keep serving v2. Every wait is bounded.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.system.harness import all_terminal, count, insert_jobs, wait_until
+from tests.system.harness import Supervisor, all_terminal, count, insert_jobs, wait_until
 from tests.system.test_systemd_notify import NotifySocket, notify_socket  # noqa: F401
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
@@ -186,3 +187,67 @@ def test_a_topic_added_by_a_reload_has_every_metric(
 def scrape(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as r:
         return str(r.read().decode())
+
+
+LAUNCHER = """
+import sys
+
+from brooq.cli import main
+
+sys.exit(main())
+"""
+
+
+class LaunchedSupervisor(Supervisor):
+    """A supervisor started by a script of the project (``python bin/run.py supervise``),
+    as a project's own entry point starts it: the script's folder is its sys.path[0]."""
+
+    def __init__(self, launcher: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.launcher = launcher
+
+    def command(self) -> list[str]:
+        return [sys.executable, str(self.launcher), "supervise", "--app", self.app, *self.args]
+
+
+@pytest.mark.timeout(60)
+def test_a_reload_finds_the_app_where_the_first_import_found_it(
+    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path
+) -> None:
+    """Issue 32, item 15: the app lives beside the script that starts the supervisor, found
+    through the script's folder on sys.path. The reload's check (``python -m`` in the
+    working directory) had no such folder: "no module named 'reloadapp'", the old code
+    served on."""
+    pg.execute("CREATE TABLE seen (job_id uuid NOT NULL UNIQUE, version text NOT NULL)")
+    bin_dir, work_dir = tmp_path / "bin", tmp_path / "work"
+    bin_dir.mkdir()
+    work_dir.mkdir()
+    (bin_dir / "run.py").write_text(LAUNCHER)
+    write_app(bin_dir, "v1")
+    sup = LaunchedSupervisor(
+        bin_dir / "run.py",
+        dsn,
+        work_dir,
+        app="reloadapp:queue",
+        args=("--workers", "1", "--poll-interval", "200ms", "--graceful-timeout", "3s"),
+        env={"PYTHONDONTWRITEBYTECODE": "1"},
+    )
+    sup.start()
+    try:
+        v1 = sup.wait_children(1)
+        insert_jobs(pg, "work", [{}])
+        wait_until(lambda: versions(pg).get("v1", 0) == 1, 20, "v1 handles a job")
+        write_app(bin_dir, "v2")
+        sup.send(signal.SIGHUP)
+        wait_until(
+            lambda: sup.events("SupervisorReloaded") or sup.events("ReloadFailed"),
+            30,
+            "the reload to end",
+        )
+        assert not sup.events("ReloadFailed"), sup.events("ReloadFailed")
+        sup.wait_children(1, timeout=30, exclude=v1)
+        insert_jobs(pg, "work", [{}, {}])
+        wait_until(lambda: versions(pg).get("v2", 0) == 2, 20, "v2 handles the next jobs")
+        assert sup.stop() == 0
+    finally:
+        sup.stop(timeout=30)

@@ -463,7 +463,6 @@ def test_settings_to_toml_reads_back_the_same(tmp_path: Path) -> None:
         ("1.5s", timedelta(milliseconds=1500)),
         ("2d", timedelta(days=2)),
         ("0", timedelta(0)),
-        (" 3s ", timedelta(seconds=3)),
         ("-1h", timedelta(hours=-1)),
     ],
 )
@@ -477,6 +476,26 @@ def test_parse_duration(text: str, td: timedelta) -> None:
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(ValueError, match=r"no unit|not a duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize("text", [" 5s", "5s ", " 3s ", "\t5s", "5s\n", "\u00a05s"])
+def test_a_duration_with_spaces_around_it_is_refused(text: str) -> None:
+    """Issue 32, item 13: ``attempt_timeout=" 5s"`` was accepted (the text was stripped)."""
+    with pytest.raises(ValueError, match="has spaces around it; write it without"):
+        parse_duration(text)
+    with pytest.raises(InvalidKindOptions, match=r"attempt_timeout: .*has spaces around it"):
+        KindOptions(attempt_timeout=text)
+
+
+@pytest.mark.parametrize("text", ["\u0665s", "\uff15s", "1\u0660m", "\u00b2s"])
+def test_a_duration_in_digits_of_another_script_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="ASCII digits"):
+        parse_duration(text)
+
+
+def test_a_setting_s_value_is_read_without_the_spaces_of_its_file() -> None:
+    # The environment and .env files pad values by accident; every setting is stripped there.
+    assert load({"QUEUE_LEASE": " 3s "}).lease == timedelta(seconds=3)
 
 
 def test_parse_duration_too_long() -> None:
@@ -617,3 +636,35 @@ def test_a_kind_refuses_attempts_the_setting_refuses() -> None:
     assert problems({"QUEUE_MAX_ATTEMPTS": "1000001"})[0].startswith(
         "QUEUE_MAX_ATTEMPTS: must be at most 1000000"
     )
+
+
+def test_poll_interval_and_retention_below_their_bounds_are_refused_all_at_once() -> None:
+    """Issue 32, item 9: QUEUE_POLL_INTERVAL=1ms made an idle supervisor commit ~700 times a
+    second, and QUEUE_RETENTION_TTL=1ms deleted outcomes before anyone could read them."""
+    env = {
+        "QUEUE_POLL_INTERVAL": "1ms",
+        "QUEUE_RETENTION_TTL": "1ms",
+        "QUEUE_RETENTION_PERIOD": "1ms",
+    }
+    assert [line.split(";")[0] for line in problems(env)] == [
+        'QUEUE_POLL_INTERVAL: "1ms" is shorter than 50ms: every idle supervisor would query '
+        "the database that often",
+        'QUEUE_RETENTION_TTL: "1ms" is shorter than 1m: results, idempotency keys and '
+        "finished parents would be deleted before anyone could read them",
+        'QUEUE_RETENTION_PERIOD: "1ms" is shorter than 1s: every supervisor would run '
+        "retention's DELETE that often",
+    ]
+    assert "write e.g. 1s" in problems({"QUEUE_POLL_INTERVAL": "49ms"})[0]
+    (flag,) = problems(overrides={"QUEUE_POLL_INTERVAL": "10ms"})  # --poll-interval 10ms
+    assert flag.startswith('QUEUE_POLL_INTERVAL: "10ms" is shorter than 50ms')
+
+
+def test_poll_interval_and_retention_bounds_themselves_are_accepted() -> None:
+    s = load({"QUEUE_POLL_INTERVAL": "50ms", "QUEUE_RETENTION_TTL": "1m",
+              "QUEUE_RETENTION_PERIOD": "1s"})  # fmt: skip
+    assert (s.poll_interval, s.retention_ttl, s.retention_period) == (
+        timedelta(milliseconds=50),
+        timedelta(minutes=1),
+        timedelta(seconds=1),
+    )
+    assert load({"QUEUE_RETENTION_TTL": "0"}).retention_ttl == timedelta(0)  # still "off"

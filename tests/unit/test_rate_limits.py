@@ -45,7 +45,7 @@ def test_a_rate_limit_is_starts_per_second_minute_or_hour() -> None:
     minute = KindOptions(rate_limit="30/m").rate_limit
     assert minute == RateLimit(30, timedelta(minutes=1), 30)  # burst: one interval's worth
     assert str(minute) == "30/m" and minute.per_second == 0.5
-    hour = KindOptions(rate_limit=" 5 / h ").rate_limit
+    hour = KindOptions(rate_limit="5/h").rate_limit
     assert hour is not None and (hour.count, hour.interval_us, hour.burst) == (5, 3600 * 10**6, 5)
 
 
@@ -72,6 +72,19 @@ def test_bad_rate_limits_are_refused_at_registration(
         queue.kind("api.call", **options)
     assert problem in str(caught.value)
     assert "api.call" not in queue.registry
+
+
+@pytest.mark.parametrize(
+    "text",
+    [" 5/s", "5/s ", "5/ s", "5 /s", " 5 / h ", "5/\ts", "\u0665/s", "\u0661\u0660/s", "\uff15/s",
+     "\u00b2/s", "5/\u0455"],
+)  # fmt: skip
+def test_a_rate_limit_is_ascii_digits_without_spaces(text: str) -> None:
+    """Issue 32, item 13: spaces anywhere and digits of other scripts (Arabic-Indic "٥",
+    full-width "５") were accepted, so what the code says and what a reader sees differed."""
+    with pytest.raises(InvalidKindOptions) as caught:
+        KindOptions(rate_limit=text)
+    assert "ASCII digits, no spaces" in str(caught.value) and repr(text) in str(caught.value)
 
 
 def test_every_problem_is_listed_at_once() -> None:

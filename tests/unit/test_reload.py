@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
 from collections.abc import Iterator
@@ -11,7 +12,7 @@ import pytest
 
 from brooq.app import AppLoadError
 from brooq.supervisor.apploader import AppLoader
-from brooq.supervisor.reload import main
+from brooq.supervisor.reload import CHECK_PASSED, IMPORT_PATH_ENV, main
 from brooq.supervisor.systemd import Notifier
 
 APP = """
@@ -32,6 +33,7 @@ def work(claim: brooq.Claim) -> None:
 def app_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # an import puts its folder on it
     yield tmp_path
     for name in ("unit_reload_app", "unit_reload_helper"):
         sys.modules.pop(name, None)
@@ -89,3 +91,35 @@ def test_systemd_hears_reloading_then_ready(tmp_path: Path) -> None:
         second = sock.recv(4096).decode().splitlines()
     assert first[0] == "RELOADING=1" and first[1].startswith("MONOTONIC_USEC=")
     assert second[0] == "READY=1"
+
+
+def test_load_again_finds_the_app_where_the_first_import_found_it(
+    app_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32, item 15: the reload put the working directory of the moment first on
+    sys.path, so a module of the same name there replaced the app."""
+    write(app_dir, "v1")
+    loader = AppLoader("unit_reload_app:queue")
+    loader.load()
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    write(elsewhere, "other")
+    monkeypatch.chdir(elsewhere)  # the app's import, or a library, changed directory
+    write(app_dir, "v2")
+    loader.load_again()
+    assert sys.modules["unit_reload_app"].VERSION == "v2"
+    assert Path(sys.modules["unit_reload_app"].__file__ or "").parent == app_dir
+
+
+def test_the_check_imports_with_the_path_it_is_given(
+    app_dir: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hidden = tmp_path_factory.mktemp("hidden")
+    write(hidden, "v1")  # on no path the check would have of its own
+    assert main(["--app", "unit_reload_app:queue"]) == 1
+    assert "no module named 'unit_reload_app'" in capsys.readouterr().out
+    monkeypatch.setenv(IMPORT_PATH_ENV, json.dumps([str(hidden), *sys.path]))
+    assert main(["--app", "unit_reload_app:queue"]) == 0
+    assert capsys.readouterr().out.strip() == CHECK_PASSED

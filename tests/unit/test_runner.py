@@ -1073,14 +1073,13 @@ def test_parse_then_format_is_canonical(value: timedelta) -> None:
         ("2d", timedelta(days=2)),
         ("0", timedelta(0)),
         ("0s", timedelta(0)),
-        (" 30s ", timedelta(seconds=30)),
     ],
 )
 def test_parse_duration_examples(text: str, expected: timedelta) -> None:
     assert parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["10", "1.5", "-3", "+7", " 10 ", "00", "3600"])
+@pytest.mark.parametrize("text", ["10", "1.5", "-3", "+7", "00", "3600"])
 def test_bare_numbers_are_rejected(text: str) -> None:
     with pytest.raises(ValueError, match="no unit"):
         parse_duration(text)

@@ -93,14 +93,14 @@ def test_a_cycle_is_refused_naming_a_job_on_it() -> None:
     assert [n.id for n in got] == [B, A, C]
 
 
-def test_plan_resolves_ended_and_missing_parents_and_cancels_transitively() -> None:
+def test_plan_resolves_ended_parents_waits_for_unseen_ones_and_cancels_transitively() -> None:
     job, runs = Job("work"), Job("work", if_parent_fails="run")
     nodes = [
         Node("n1", job, (A,)),  # A running: waits
         Node("n2", job, (B,)),  # B dead: canceled
         Node("n3", job, ("n2",)),  # its parent canceled at enqueue: canceled too
         Node("n4", runs, ("n2", A)),  # runs anyway, once A ends
-        Node("n5", runs, (C,)),  # C missing: runs now
+        Node("n5", runs, (C,)),  # C not visible (not committed yet?): waits for it
         Node("n6", job, ()),
     ]
     got = {p.id: p for p in plan(nodes, {A: State.PROCESSING, B: State.DEAD}, "wf")}
@@ -108,7 +108,7 @@ def test_plan_resolves_ended_and_missing_parents_and_cancels_transitively() -> N
     assert got["n2"].state is State.CANCELED and got["n2"].reason == cancel_reason(B, "dead")
     assert got["n3"].reason == "canceled: parent n2 ended canceled"
     assert (got["n4"].state, got["n4"].parents_left) == (State.WAITING, 1)
-    assert got["n5"].state is State.PENDING and got["n5"].parents == ((C, "missing"),)
+    assert got["n5"].state is State.WAITING and got["n5"].parents == ((C, None),)
     assert got["n5"].policy == "run" and got["n6"].policy is None and got["n6"].workflow_id == "wf"
     assert cancel_reason(C, "missing") == f"canceled: parent {C} does not exist"
     assert outside(nodes) == [A, B, C]

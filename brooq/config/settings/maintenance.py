@@ -11,6 +11,7 @@ from brooq.config.settings.key import Key, KeyTable
 
 _MIN_REAPER_PERIOD = timedelta(seconds=5)
 _AUTO_RETENTION_PERIOD = timedelta(minutes=5)
+MIN_RETENTION_TTL = timedelta(minutes=1)
 
 
 def _reaper_period(values: Mapping[str, Any]) -> timedelta:
@@ -46,10 +47,16 @@ class MaintenanceKeys(KeyTable):
     )
     retention_ttl: Key[timedelta] = Key(
         "QUEUE_RETENTION_TTL",
-        v.duration(zero_ok=True),
+        v.duration(
+            zero_ok=True,
+            at_least=MIN_RETENTION_TTL,
+            why=": results, idempotency keys and finished parents would be deleted before "
+            "anyone could read them",
+        ),
         "720h",
-        "Terminal rows (done, dead, canceled) older than this are deleted; 0 disables "
-        "retention. It is also the idempotency window: a key is free again once its row is gone.",
+        "Terminal rows (done, dead, canceled) older than this are deleted (at least 1m); 0 "
+        "disables retention. It is also the idempotency window: a key is free again once its "
+        "row is gone.",
         section="maintenance",
         example="720h, or 0 to disable retention",
     )
@@ -62,9 +69,13 @@ class MaintenanceKeys(KeyTable):
     )
     retention_period: Key[timedelta] = Key(
         "QUEUE_RETENTION_PERIOD",
-        v.duration(zero_ok=True),
+        v.duration(
+            zero_ok=True,
+            at_least=timedelta(seconds=1),
+            why=": every supervisor would run retention's DELETE that often",
+        ),
         "0",
-        "How often retention runs (0 = automatic: 5m).",
+        "How often retention runs (at least 1s; 0 = automatic: 5m).",
         section="maintenance",
         example="5m, or 0 for automatic",
         computed=lambda values: _AUTO_RETENTION_PERIOD,

@@ -8,6 +8,7 @@ from brooq.config import values as v
 from brooq.config.settings.key import SUPERVISE, WORK, Key, KeyTable
 
 MIN_LEASE = timedelta(seconds=1)
+MIN_POLL_INTERVAL = timedelta(milliseconds=50)
 
 
 class WorkerKeys(KeyTable):
@@ -33,9 +34,13 @@ class WorkerKeys(KeyTable):
     )
     poll_interval: Key[timedelta] = Key(
         "QUEUE_POLL_INTERVAL",
-        v.duration(zero_ok=False),
+        v.duration(
+            zero_ok=False,
+            at_least=MIN_POLL_INTERVAL,
+            why=": every idle supervisor would query the database that often",
+        ),
         "1s",
-        "How often idle workers look for jobs when no NOTIFY wakes them.",
+        "How often idle workers look for jobs when no NOTIFY wakes them (at least 50ms).",
         section="workers",
         commands=(WORK, SUPERVISE),
     )

@@ -13,7 +13,15 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from brooq.engine.edges import EDGE_ENDS, MISSING, Planned, cancel_reason, outside, plan
+from brooq.engine.edges import (
+    EDGE_ENDS,
+    MISSING,
+    MISSING_PARENT_GRACE,
+    Planned,
+    cancel_reason,
+    outside,
+    plan,
+)
 from brooq.engine.fake.table import FakeTable
 from brooq.vocabulary import (
     TERMINAL_STATES,
@@ -149,19 +157,33 @@ class FakeGraph(FakeTable):
             return out
 
     def resolve_stranded(self, batch: int = 1000) -> int:
-        """Resolve open edges whose parent has ended or is gone (the reaper's safety net)."""
+        """Resolve open edges whose parent has ended, or is gone while every open edge to it
+        is older than MISSING_PARENT_GRACE (the reaper's safety net)."""
         with self._lock:
-            parents = sorted(
-                {p for edges in self.edges.values() for p, end in edges.items() if end is None}
-            )
+            now = self.now()
+            waiting: dict[str, list[str]] = {}
+            for child, edges in self.edges.items():
+                for parent, end in edges.items():
+                    if end is None:
+                        waiting.setdefault(parent, []).append(child)
             stranded = [
                 (p, str(self.rows[p].state) if p in self.rows else MISSING)
-                for p in parents
-                if p not in self.rows or self.rows[p].state in TERMINAL_STATES
+                for p in sorted(waiting)
+                if (p in self.rows and self.rows[p].state in TERMINAL_STATES)
+                or (p not in self.rows and _past_grace(self.rows, waiting[p], now))
             ][:batch]
             before = _open_count(self.edges)
-            self._resolve(stranded, self.now())
+            self._resolve(stranded, now)
             return before - _open_count(self.edges)
+
+
+def _past_grace(rows: dict[str, JobRecord], children: list[str], now: datetime) -> bool:
+    """True when every child in ``children`` (still a row) was created before the grace."""
+    return all(
+        row.created_at <= now - MISSING_PARENT_GRACE
+        for child in children
+        if (row := rows.get(child)) is not None
+    )
 
 
 def _released(row: JobRecord, resolved: list[tuple[str, str]], now: datetime) -> JobRecord:

@@ -1,0 +1,132 @@
+"""Keyless batches written with COPY: the bulk path of an enqueue.
+
+A batch of at least `COPY_MIN_JOBS` jobs without idempotency keys and without
+parents needs nothing an INSERT statement gives: no key to write or look up, no
+edge, no row to read back (its ids are made here, as for the statements, and
+every row is written or the COPY fails whole). So it is streamed with ``COPY job
+(…) FROM STDIN`` (``copy_jobs``; ``copy_jobs_at`` when the jobs carry their own
+``available_at``), then woken with one NOTIFY per topic (``notify_topics``), in
+the caller's transaction, or in one of its own on an autocommit connection, so
+that the rows and their NOTIFYs commit together or not at all. The statements
+name their columns: every other one (state, attempts, the times, whatever a
+later migration adds) takes its default. Through PgBouncer's transaction
+pooling a COPY is one more statement of the transaction.
+
+The rows go in COPY's text format, a chunk at a time, so the server parses one
+chunk while the next one is made. Every job is checked and encoded before the
+first byte is sent: a bad one stops the batch with nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import psycopg
+from psycopg.pq import TransactionStatus
+
+from brooq.postgres.sql import sql
+from brooq.vocabulary import Enqueued, Job, new_job_ids
+from brooq.vocabulary.payload import encode_payloads
+
+COPY_MIN_JOBS = 64
+"""The fewest jobs written with COPY: below, one INSERT statement (one round trip) is
+faster than a COPY and its NOTIFY (three or four)."""
+CHUNK_ROWS = 512
+"""Rows per write to the server (a few tens of KiB of small payloads)."""
+_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
+"""What COPY's text format escapes in a value (NUL never reaches here: Job refuses it)."""
+
+
+def copyable(jobs: Sequence[Job]) -> bool:
+    """True when ``jobs`` are written with COPY: enough of them, none with an idempotency key
+    or parents, and either all or none with their own ``available_at`` (a job without one
+    is ready at the database's ``now()``, which COPY's data cannot say)."""
+    if len(jobs) < COPY_MIN_JOBS:
+        return False
+    delayed = jobs[0].available_at is not None
+    return all(
+        job.idempotency_key is None and not job.after and (job.available_at is not None) == delayed
+        for job in jobs
+    )
+
+
+class CopyBatch:
+    """Jobs given ids and their payloads encoded (so checked, before anything is sent), and
+    written as COPY's rows a chunk at a time."""
+
+    def __init__(self, jobs: Sequence[Job], max_payload_bytes: int) -> None:
+        self.jobs = jobs
+        self.ids = new_job_ids(len(jobs))
+        self.payloads = encode_payloads([job.payload for job in jobs], max_bytes=max_payload_bytes)
+        self.delayed = jobs[0].available_at is not None
+        self.topics = sorted({job.topic for job in jobs})
+
+    @property
+    def statement(self) -> str:
+        """The COPY statement of these rows' columns."""
+        return sql("copy_jobs_at") if self.delayed else sql("copy_jobs")
+
+    def chunks(self) -> Iterator[str]:
+        """The rows as COPY text (id, payload, topic, priority, rate_key[, available_at]),
+        CHUNK_ROWS at a time."""
+        tails: dict[tuple[str, int, str | None], str] = {}  # a batch has few of them
+        lines: list[str] = []
+        for job_id, payload, job in zip(self.ids, self.payloads, self.jobs, strict=True):
+            if "\\" in payload:
+                payload = payload.replace("\\", "\\\\")
+            tail = tails.get(shared := (job.topic, job.priority, job.rate_key))
+            if tail is None:
+                tail = tails[shared] = _tail(job)
+            if self.delayed:
+                assert job.available_at is not None
+                tail = f"{tail}\t{job.available_at.isoformat()}"
+            lines.append(f"{job_id}\t{payload}\t{tail}\n")
+            if len(lines) == CHUNK_ROWS:
+                yield "".join(lines)
+                lines = []
+        if lines:
+            yield "".join(lines)
+
+    def enqueued(self) -> list[Enqueued]:
+        """One Enqueued per job, in order: each written, pending."""
+        return Enqueued.pending(self.ids)
+
+
+def _tail(job: Job) -> str:
+    """The columns a job shares with most of its batch: topic, priority, rate_key."""
+    rate_key = r"\N" if job.rate_key is None else job.rate_key.translate(_ESCAPES)
+    return f"{job.topic}\t{job.priority}\t{rate_key}"
+
+
+def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """True when ``conn`` is autocommit outside a transaction: the COPY and its NOTIFYs
+    need one of their own to commit together."""
+    return conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+
+
+def copy_on(conn: psycopg.Connection[Any], batch: CopyBatch, notify: bool) -> list[Enqueued]:
+    """Write ``batch`` on ``conn`` with COPY, then its NOTIFYs (see the module)."""
+    block = conn.transaction() if _own_transaction(conn) else contextlib.nullcontext()
+    with block, conn.cursor() as cur:
+        with cur.copy(batch.statement) as copy:
+            for chunk in batch.chunks():
+                copy.write(chunk)
+        if notify:
+            cur.execute(sql("notify_topics"), {"topics": batch.topics})
+    return batch.enqueued()
+
+
+async def copy_on_async(
+    aconn: psycopg.AsyncConnection[Any], batch: CopyBatch, notify: bool
+) -> list[Enqueued]:
+    """:func:`copy_on` for an asyncio connection."""
+    own = _own_transaction(aconn)
+    async with aconn.transaction() if own else contextlib.nullcontext(), aconn.cursor() as cur:
+        async with cur.copy(batch.statement) as copy:
+            for chunk in batch.chunks():
+                await copy.write(chunk)
+        if notify:
+            await cur.execute(sql("notify_topics"), {"topics": batch.topics})
+    return batch.enqueued()
