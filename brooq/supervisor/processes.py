@@ -146,6 +146,7 @@ class Processes:
             max_payload_bytes=s.max_payload_bytes,
             metrics_id=metrics_id,
             log_jobs=s.log_jobs,
+            lease_s=s.lease.total_seconds(),
             max_result_bytes=s.max_result_bytes,
         )
         worker_main(self.queue, config, child_end, board, self.parent_pid, self.metrics)
