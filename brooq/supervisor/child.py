@@ -26,6 +26,7 @@ import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 from types import FrameType
 from typing import NoReturn
 
@@ -81,6 +82,9 @@ class WorkerConfig:
     """Log every job at INFO (JobClaimed, JobDone); failures are logged either way."""
     lease_s: float = 0.0
     """The lease: the worker stops a job before the lease posted on its board ends (0: not)."""
+    statement_timeout: timedelta | None = None
+    idle_timeout: timedelta | None = None
+    """Bounds of the worker's connection: a statement, a transaction left idle (services.py)."""
 
 
 class _Stopping(BaseException):
@@ -122,8 +126,8 @@ class Worker:
         self._store: PostgresStore | None = None
         self.watch: LeaseWatch | None = None
         if board is not None and config.lease_s > 0:
-            running = self._running
-            self.watch = LeaseWatch(board.lease_until, config.lease_s, running, self._lease_ends)
+            running, ends = (lambda: self.current), self._lease_ends
+            self.watch = LeaseWatch(board.lease_until, config.lease_s, running, ends)
 
     @property
     def store(self) -> Store:
@@ -131,7 +135,12 @@ class Worker:
         if self._store is None:
             c = self.config
             self._store = PostgresStore(
-                c.dsn, notify=c.notify, max_payload_bytes=c.max_payload_bytes, prepare=c.prepare
+                c.dsn,
+                notify=c.notify,
+                max_payload_bytes=c.max_payload_bytes,
+                prepare=c.prepare,
+                statement_timeout=c.statement_timeout,
+                idle_timeout=c.idle_timeout,
             )
         return self._store
 
@@ -147,9 +156,6 @@ class Worker:
         if code == 1 and self.watch is not None and self.watch.fired_for == self.current:
             return True  # the worker's own watch: the lease ends
         return code is None or self.board is None or self.board.interrupt_for(self.current) == code
-
-    def _running(self) -> int:
-        return self.current
 
     def _lease_ends(self, seq: int, left_s: float) -> NoReturn:
         """The handler still runs as the lease ends: leave now (the watch's thread)."""
@@ -306,8 +312,7 @@ class Worker:
             return executed.outcome, False
 
     def lease_ending(self, claimed: Claimed, action: str, left_s: float | None) -> None:
-        """Say that the worker itself stopped (or did not start) a job as its lease ends: the
-        parent did not renew it (stopped, or cut off from the database)."""
+        """Say that the worker itself stopped (or did not start) a job as its lease ends."""
         left = None if left_s is None else round(left_s, 3)
         event(log, "LeaseEnding", logging.WARNING, action=action, left_s=left, job_id=claimed.id)
 

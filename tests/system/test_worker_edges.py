@@ -7,7 +7,11 @@ SIGCONT, real PostgreSQL; every wait is bounded.
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,11 +19,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.system.harness import Supervisor, count, insert_jobs, wait_until
+from tests.system.harness import Supervisor, alive, count, insert_jobs, wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
 
 APP = "worker_edges:queue"
+REAPER = {"QUEUE_REAPER_PERIOD": "1s"}
 
 
 def trace(directory: Path) -> list[dict[str, Any]]:
@@ -84,3 +89,119 @@ def test_a_frozen_supervisor_never_lets_a_job_run_in_two_processes_at_once(
     assert a.events("LeaseEnding", job_id=stubborn, action="exit"), a.events("LeaseEnding")
     assert count(pg, "state = 'done' AND expirations = 1 AND attempts = 2") == 4
     assert not a.exited() and not b.exited()
+
+
+# --- item 2: a worker that dies inside its settle ----------------------------------------------
+
+
+def get_health(sup: Supervisor) -> tuple[int, dict[str, Any]]:
+    """/healthz of ``sup``: (status, body)."""
+    url = f"http://{sup.wait_event('SupervisorStarted', 15)['http']}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def row(pg: psycopg.Connection[Any], job_id: str) -> dict[str, Any]:
+    """state, attempts and last_error of one job."""
+    found = pg.execute(
+        "SELECT state, attempts, last_error FROM job WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert found is not None
+    return dict(zip(["state", "attempts", "last_error"], found, strict=True))
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_dies_in_its_settle_while_a_grandchild_keeps_its_socket_wedges_nothing(
+    pg: psycopg.Connection[Any], tmp_path: Path, supervise: Callable[..., Supervisor]
+) -> None:
+    """The issue's steps: an effect opens the worker's connection, a handler leaves a
+    grandchild (its own session, SIGTERM ignored) holding that socket, a hook ends the worker
+    inside its settle transaction, five plain jobs follow. The aborted settle's session ends
+    within the idle bound (lease/12, at least 1 s), so its row locks never hold the
+    supervisor's heartbeats or flushes: the five plain jobs are written at their first
+    attempt. Before: the backend stayed idle in transaction, every flush was cut, the plain
+    jobs ran 15 times in 30 s and none was recorded done, /healthz said ok."""
+    sup = supervise(
+        "--workers", "1", "--lease", "6s", "--poll-interval", "100ms", app=APP, env=REAPER
+    )
+    sup.wait_children(1)
+    pidfile = tmp_path / "grandchild.pid"
+    (effect,) = insert_jobs(pg, "wedge.effect", [{}])
+    (fork,) = insert_jobs(pg, "wedge.fork", [{"pidfile": str(pidfile)}])
+    (exits,) = insert_jobs(pg, "wedge.exit", [{}])
+    plains = insert_jobs(pg, "plain", [{}] * 5)
+    grandchild = 0
+    try:
+        grandchild = int(wait_until(lambda: pidfile.exists() and pidfile.read_text(), 20))
+        wait_until(lambda: done(pg, plains), 20, "the five plain jobs to be written")
+        assert all(row(pg, job_id)["attempts"] == 1 for job_id in plains), [
+            row(pg, job_id) for job_id in plains
+        ]
+        assert alive(grandchild), "the grandchild (and the socket it holds) should still be there"
+    finally:
+        if grandchild and alive(grandchild):
+            os.kill(grandchild, signal.SIGKILL)
+    assert row(pg, effect)["state"] == "done" and row(pg, fork)["state"] == "done"
+    ended = row(pg, exits)
+    assert ended["state"] == "dead", ended
+    assert ended["last_error"] == (
+        "WorkerCrashed: worker process exited with code 3 while running the handler"
+    )
+    assert sup.events("FlushFailed") == [] and sup.events("DatabaseStuck") == []
+    assert get_health(sup)[0] == 200
+
+
+@pytest.mark.timeout(120)
+def test_a_hook_that_holds_its_settle_transaction_idle_is_cut_off_at_the_idle_bound(
+    pg: psycopg.Connection[Any], supervise: Callable[..., Supervisor]
+) -> None:
+    """A hook that sleeps 4 s inside the settle transaction, holding its job's row: PostgreSQL
+    ends that session after the idle bound (1 s with a 6 s lease), so the heartbeat, which
+    extends that row too, is never stuck behind it; the other worker's jobs are written
+    meanwhile. Before: every heartbeat waited for the hook and was cut as stuck."""
+    sup = supervise(
+        "--workers", "2", "--lease", "6s", "--poll-interval", "100ms", app=APP, env=REAPER
+    )
+    sup.wait_children(2)
+    (idle,) = insert_jobs(pg, "wedge.idle", [{"seconds": 4}])
+    wait_until(lambda: row(pg, idle)["state"] == "processing", 10, "the idle hook's job to run")
+    time.sleep(0.5)  # the hook holds the row now
+    plains = insert_jobs(pg, "plain", [{}] * 3)
+    wait_until(lambda: done(pg, plains), 5, "the other worker's jobs to be written")
+    # Its settle failed twice (it is tried again once): nothing written, it will run again.
+    event = sup.wait_event("DatabaseUnavailable", 20, logger="brooq.child", job_id=idle)
+    assert "idle-in-transaction" in event["error"], event
+    assert sup.events("DatabaseStuck") == [], sup.events("DatabaseStuck")
+
+
+@pytest.mark.timeout(120)
+def test_healthz_fails_while_outcomes_cannot_be_written(
+    pg: psycopg.Connection[Any], dsn: str, tmp_path: Path, supervise: Callable[..., Supervisor]
+) -> None:
+    """Another session holds the rows of finished jobs (an operator's open transaction): their
+    outcomes cannot be written, and /healthz says so (503) once one has waited 10 s; it is 200
+    again once they are written. Before: /healthz said ok throughout."""
+    sup = supervise("--workers", "2", "--lease", "60s", "--poll-interval", "100ms", app=APP)
+    sup.wait_children(2)
+    gate = tmp_path / "gate"
+    ids = insert_jobs(pg, "wedge.gate", [{"gate": str(gate)}] * 2)
+    wait_until(
+        lambda: count(pg, "id = ANY(%s::uuid[]) AND state = 'processing'", [ids]) == 2,
+        10,
+        "both jobs to run",
+    )
+    assert get_health(sup)[0] == 200
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT id FROM job WHERE id = ANY(%s::uuid[]) FOR UPDATE", [ids])
+        gate.touch()  # the handlers return: their outcomes wait for the rows
+        wait_until(
+            lambda: (answer := get_health(sup))[0] == 503 and "outcomes" in answer[1]["reason"],
+            20,
+            "/healthz to say outcomes cannot be written",
+        )
+        holder.rollback()
+    wait_until(lambda: done(pg, ids), 20, "the outcomes to be written")
+    wait_until(lambda: get_health(sup)[0] == 200, 10, "/healthz to be 200 again")

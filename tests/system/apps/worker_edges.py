@@ -5,7 +5,19 @@
   expired; every run appends JSON lines (start, end, and ``overlap`` when the
   lock was held by another run of the same job) to ``<dir>/trace``;
 - ``frozen.stubborn``: the same, but it swallows every interrupt and sleeps on:
-  only the end of its process stops it.
+  only the end of its process stops it;
+- ``wedge.effect``: succeeds with an ``on_succeeded`` hook (the worker opens its
+  own connection to settle it);
+- ``wedge.fork``: forks a process that starts a session of its own and forks a
+  grandchild that ignores SIGTERM and sleeps (it keeps every descriptor of the
+  worker, its database connection too); the grandchild's pid goes to the
+  payload's ``pidfile``;
+- ``wedge.exit``: succeeds with an ``on_succeeded`` hook that ends the worker
+  (``os._exit(3)``) inside its settle transaction;
+- ``wedge.idle``: succeeds with an ``on_succeeded`` hook that writes, then sleeps
+  ``seconds`` inside the settle transaction, holding the job's row;
+- ``wedge.gate``: waits (at most 60 s) for the file the payload's ``gate`` names;
+- ``plain``: does nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +26,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,5 +93,66 @@ def frozen_stubborn(claim: brooq.Claim) -> None:
                 _trace(claim.payload["dir"], claim, swallowed=True)
 
 
+def wedge_effect(claim: brooq.Claim) -> None:
+    """Succeed with an effect: the worker settles it on its own connection."""
+    claim.on_succeeded(lambda conn: conn.execute("SELECT 1"))
+
+
+def wedge_fork(claim: brooq.Claim) -> None:
+    """Leave a grandchild in a session of its own that holds every descriptor the worker had."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            os.setsid()
+            inner = os.fork()
+            if inner == 0:
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.close(write_end)
+                time.sleep(600)
+            else:
+                os.write(write_end, str(inner).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe, open(claim.payload["pidfile"], "w") as f:
+        f.write(pipe.read())
+    os.waitpid(pid, 0)
+
+
+def wedge_exit(claim: brooq.Claim) -> None:
+    """Succeed with a hook that ends the worker in the middle of its settle transaction."""
+    claim.on_succeeded(lambda conn: os._exit(3))
+
+
+def wedge_idle(claim: brooq.Claim) -> None:
+    """Succeed with a hook that holds the settle transaction open, idle."""
+    seconds = float(claim.payload["seconds"])
+
+    def hook(conn: Any) -> None:
+        conn.execute("SELECT 1")
+        time.sleep(seconds)
+
+    claim.on_succeeded(hook)
+
+
+def wedge_gate(claim: brooq.Claim) -> None:
+    """Wait for the test to open the gate."""
+    gate, deadline = Path(claim.payload["gate"]), time.monotonic() + 60
+    while not gate.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def plain(claim: brooq.Claim) -> None:
+    """Nothing."""
+
+
 queue.register("frozen.sleep", frozen_sleep, max_attempts=3)
 queue.register("frozen.stubborn", frozen_stubborn, max_attempts=3)
+queue.register("wedge.effect", wedge_effect, max_attempts=3)
+queue.register("wedge.fork", wedge_fork, max_attempts=1)
+queue.register("wedge.exit", wedge_exit, max_attempts=1)
+queue.register("wedge.idle", wedge_idle, max_attempts=1)
+queue.register("wedge.gate", wedge_gate, max_attempts=3)
+queue.register("plain", plain, max_attempts=20)
