@@ -8,7 +8,8 @@ board (board.py), unless the parent took it back meanwhile (a long job ran
 ahead of it): a job is never run twice. It never waits for the database on
 the hot path: the parent claims for it and writes its plain outcomes. A job
 with effects (``chain``, ``on_succeeded``) is settled here, in one
-transaction on the worker's own connection (opened on first need). It dies
+transaction on the worker's own connection (opened on first need, closed
+once unused a while: workerstore.py). It dies
 with its parent, flushes stdout and stderr, and leaves only through
 ``os._exit``, so that nothing inherited from the parent (connections, atexit
 hooks) runs in it. It never runs a job past the lease its parent last
@@ -37,11 +38,11 @@ from brooq.engine.runner import Attempted, settle_executed
 from brooq.engine.store import Claimed, Store
 from brooq.logs import LoggingListener, event
 from brooq.metrics import Metrics, set_identity
-from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import protocol
 from brooq.supervisor.board import Board
 from brooq.supervisor.leasewatch import LeaseWatch
+from brooq.supervisor.workerstore import WorkerStore
 from brooq.vocabulary import DEFAULT_MAX_RESULT_BYTES, StoreUnavailable
 
 log = logging.getLogger("brooq.child")
@@ -85,6 +86,8 @@ class WorkerConfig:
     statement_timeout: timedelta | None = None
     idle_timeout: timedelta | None = None
     """Bounds of the worker's connection: a statement, a transaction left idle (services.py)."""
+    connection_idle_s: float = 60.0
+    """The worker closes its connection once unused this long (QUEUE_WORKER_CONNECTION_IDLE)."""
 
 
 class _Stopping(BaseException):
@@ -123,7 +126,7 @@ class Worker:
         self.stopping = False
         self.busy = False
         self.damaged = False
-        self._store: PostgresStore | None = None
+        self.own = WorkerStore(config)
         self.watch: LeaseWatch | None = None
         if board is not None and config.lease_s > 0:
             running, ends = (lambda: self.current), self._lease_ends
@@ -132,17 +135,7 @@ class Worker:
     @property
     def store(self) -> Store:
         """The worker's own store, for settles with effects; connects on first use."""
-        if self._store is None:
-            c = self.config
-            self._store = PostgresStore(
-                c.dsn,
-                notify=c.notify,
-                max_payload_bytes=c.max_payload_bytes,
-                prepare=c.prepare,
-                statement_timeout=c.statement_timeout,
-                idle_timeout=c.idle_timeout,
-            )
-        return self._store
+        return self.own.store
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True  # finish the running job, then leave
@@ -209,8 +202,13 @@ class Worker:
             return ExitCode.LOST_PARENT
 
     def wait_for_jobs(self) -> None:
-        """Nothing queued: show it in ps and sleep until the parent writes."""
+        """Nothing queued: show it in ps and sleep until the parent writes (waking once to
+        close the worker's connection when it goes unused for its bound meanwhile)."""
         self.idle()
+        left = self.own.look()
+        if left is not None and select.select([self.sock], [], [], left)[0]:
+            return
+        self.own.look()
         select.select([self.sock], [], [])
 
     def receive(self) -> bool:
@@ -240,6 +238,7 @@ class Worker:
             finished = self.execute(assign.claimed)
             self.current = 0
             self.finished += 1
+            self.own.look()
             leaving = self.leaving_reason()
             self.send(
                 protocol.Finished(
@@ -319,7 +318,7 @@ class Worker:
     def owned_fds(self) -> dict[int, osproc.FdIdentity]:
         """What the worker's own descriptors are: stdio, its socket, its database connection."""
         fds = [0, 1, 2, self.sock]
-        if self._store is not None and (fd := self._store.connector.fileno()) is not None:
+        if (fd := self.own.fileno()) is not None:
             fds.append(fd)
         return osproc.fd_identities(fds)
 
@@ -339,8 +338,8 @@ class Worker:
             return
         if self.sock in damaged:
             os._exit(ExitCode.LOST_PARENT)
-        if self._store is not None and self._store.connector.fileno() in damaged:
-            self._store.connector.forget()
+        if self.own.fileno() in damaged:
+            self.own.forget()
         self.damaged = True
         log.warning(
             "the handler closed descriptors the worker owns; it leaves after this job",

@@ -150,6 +150,7 @@ class Processes:
             lease_s=s.lease.total_seconds(),
             statement_timeout=services.statement_bound(s.lease),
             idle_timeout=services.idle_transaction_bound(s.lease),
+            connection_idle_s=s.worker_connection_idle.total_seconds(),
             max_result_bytes=s.max_result_bytes,
         )
         worker_main(self.queue, config, child_end, board, self.parent_pid, self.metrics)

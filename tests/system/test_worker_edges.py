@@ -205,3 +205,64 @@ def test_healthz_fails_while_outcomes_cannot_be_written(
         holder.rollback()
     wait_until(lambda: done(pg, ids), 20, "the outcomes to be written")
     wait_until(lambda: get_health(sup)[0] == 200, 10, "/healthz to be 200 again")
+
+
+# --- item 16: a worker's idle connection -------------------------------------------------------
+
+
+def backend_alive(pg: psycopg.Connection[Any], pid: int) -> bool:
+    """True while a backend of ``pid`` serves this database."""
+    found = pg.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND datname = current_database()",
+        (pid,),
+    ).fetchone()
+    return found is not None and found[0] == 1
+
+
+def clients(pg: psycopg.Connection[Any]) -> int:
+    """Client connections to this database, the test's own left out."""
+    found = pg.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+    ).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+@pytest.mark.timeout(120)
+def test_a_workers_connection_is_closed_once_idle_and_opened_again_by_its_next_effect(
+    pg: psycopg.Connection[Any], tmp_path: Path, supervise: Callable[..., Supervisor]
+) -> None:
+    """QUEUE_WORKER_CONNECTION_IDLE=2s: the connection a job with effects opened is closed 2 s
+    after its last use, whether the worker waits for work or runs plain jobs back to back,
+    and the next job with effects opens a new one. Before: it stayed open for good (3 + one
+    per worker that ever ran such a job)."""
+    sup = supervise(
+        "--workers", "1", "--poll-interval", "100ms",
+        app=APP, env={"QUEUE_WORKER_CONNECTION_IDLE": "2s"},
+    )  # fmt: skip
+    sup.wait_children(1)
+    backends = tmp_path / "backends"
+
+    def settled_by() -> list[int]:
+        return [int(line) for line in backends.read_text().split()] if backends.exists() else []
+
+    wait_until(lambda: clients(pg) == 3, 10, "the supervisor's three connections")
+    first = insert_jobs(pg, "effect.backend", [{"file": str(backends)}])
+    wait_until(lambda: done(pg, first), 15, "the first job with effects")
+    (opened,) = settled_by()
+    assert backend_alive(pg, opened) and clients(pg) == 4
+    # The worker waits for work: its wait times out once, at the bound, and closes it.
+    wait_until(lambda: not backend_alive(pg, opened), 6, "the idle connection to be closed")
+    assert clients(pg) == 3
+
+    second = insert_jobs(pg, "effect.backend", [{"file": str(backends)}])
+    wait_until(lambda: done(pg, second), 15, "the second job with effects")
+    reopened = settled_by()[-1]
+    assert reopened != opened and backend_alive(pg, reopened)
+    # Busy with plain jobs (12 x 0.3 s) and never waiting: closed between two of them.
+    plains = insert_jobs(pg, "sleep", [{"seconds": 0.3}] * 12)
+    wait_until(lambda: not backend_alive(pg, reopened), 6, "the connection to be closed")
+    assert not done(pg, plains), "closed only once the worker had nothing left to do"
+    wait_until(lambda: done(pg, plains), 15, "the plain jobs")
+    assert clients(pg) == 3

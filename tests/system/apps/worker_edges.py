@@ -17,6 +17,9 @@
 - ``wedge.idle``: succeeds with an ``on_succeeded`` hook that writes, then sleeps
   ``seconds`` inside the settle transaction, holding the job's row;
 - ``wedge.gate``: waits (at most 60 s) for the file the payload's ``gate`` names;
+- ``effect.backend``: succeeds with an ``on_succeeded`` hook that appends the
+  backend pid of the worker's connection to the payload's ``file``;
+- ``sleep``: sleeps the payload's ``seconds``;
 - ``plain``: does nothing.
 """
 
@@ -144,6 +147,22 @@ def wedge_gate(claim: brooq.Claim) -> None:
         time.sleep(0.05)
 
 
+def effect_backend(claim: brooq.Claim) -> None:
+    """Succeed with a hook that writes down which backend settled the job."""
+
+    def hook(conn: Any) -> None:
+        (pid,) = conn.execute("SELECT pg_backend_pid()").fetchone()
+        with open(claim.payload["file"], "a") as f:
+            f.write(f"{pid}\n")
+
+    claim.on_succeeded(hook)
+
+
+def sleep(claim: brooq.Claim) -> None:
+    """Sleep a while."""
+    time.sleep(float(claim.payload["seconds"]))
+
+
 def plain(claim: brooq.Claim) -> None:
     """Nothing."""
 
@@ -155,4 +174,6 @@ queue.register("wedge.fork", wedge_fork, max_attempts=1)
 queue.register("wedge.exit", wedge_exit, max_attempts=1)
 queue.register("wedge.idle", wedge_idle, max_attempts=1)
 queue.register("wedge.gate", wedge_gate, max_attempts=3)
+queue.register("effect.backend", effect_backend, max_attempts=3)
+queue.register("sleep", sleep, max_attempts=3)
 queue.register("plain", plain, max_attempts=20)
