@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,6 +27,14 @@ def die_with_parent(parent_pid: int) -> None:
         pass  # not Linux: the child also notices a closed pipe to the parent
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+def flush_stdio() -> None:
+    """Flush stdout and stderr, whatever they are now (before an ``os._exit``, which skips
+    it); never raises."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(BaseException):
+            stream.flush()
 
 
 def _prctl(option: int, value: int) -> bool:

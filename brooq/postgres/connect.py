@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 import psycopg
+from psycopg.errors import IdleInTransactionSessionTimeout as IdleInTransactionTimeout
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
@@ -30,6 +31,8 @@ GRANTS_DOC = 'docs/operations.md, "Database roles and grants"'
 # of its own: it refuses the startup option brooq sets its statement timeout with, and a
 # server connection it hands over may already hold another client's prepared statement.
 _BOUNCER_REFUSES_OPTIONS = "unsupported startup parameter"
+# A session ended for idling in its transaction (a settle hook that waited) is lost too.
+_CONNECTION_LOST = (psycopg.OperationalError, psycopg.InterfaceError, IdleInTransactionTimeout)
 _BOUNCER_STATEMENT_ERRORS = (
     psycopg.errors.DuplicatePreparedStatement,
     psycopg.errors.InvalidSqlStatementName,
@@ -146,29 +149,37 @@ def use_pgbouncer(on: bool = True) -> None:
     PROFILE.pgbouncer = on
 
 
+def _ms(timeout: timedelta) -> int:
+    return max(1, int(timeout.total_seconds() * 1000))
+
+
 def connect(
     conninfo: str,
     *,
     statement_timeout: timedelta | None = None,
     prepare: bool = True,
+    idle_timeout: timedelta | None = None,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
     """Open one autocommit connection; StoreUnavailable (password-free) when it fails.
 
-    ``statement_timeout`` is set as a startup option (no session state to
-    keep) — except through PgBouncer (``use_pgbouncer``), which refuses
-    startup options: there the Connector sets it per transaction.
-    ``prepare=False`` (implied through PgBouncer) turns off psycopg's
-    server-side prepared statements, which a transaction-pooling PgBouncer
-    cannot keep.
+    ``statement_timeout`` and ``idle_timeout`` (``idle_in_transaction_session_timeout``)
+    are set as startup options (no session state to keep) — except through
+    PgBouncer (``use_pgbouncer``), which refuses startup options: there the
+    Connector sets them per transaction. ``prepare=False`` (implied through
+    PgBouncer) turns off psycopg's server-side prepared statements, which a
+    transaction-pooling PgBouncer cannot keep.
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
+    bounds = {
+        "statement_timeout": statement_timeout,
+        "idle_in_transaction_session_timeout": idle_timeout,
+    }
     if PROFILE.pgbouncer:
         prepare = False
-    elif statement_timeout is not None:
-        ms = max(1, int(statement_timeout.total_seconds() * 1000))
-        params["options"] = f"{params.get('options', '')} -c statement_timeout={ms}".strip()
+    elif given := [f"-c {name}={_ms(t)}" for name, t in bounds.items() if t is not None]:
+        params["options"] = " ".join([params.get("options", ""), *given]).strip()
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **params)
     except psycopg.Error as exc:
@@ -197,6 +208,8 @@ class Source:
     statement_timeout: timedelta | None = None
     prepare: bool = True
     guard: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+    idle_timeout: timedelta | None = None
+    """A transaction idle this long ends its session (and its locks): a worker's settle."""
 
     def guarded(self) -> contextlib.AbstractContextManager[None]:
         """The guard's block, or a block that does nothing."""
@@ -240,16 +253,16 @@ class Connector:
                 yield from self._in_transaction(self._given)
             else:
                 with self._lock:
-                    conn = self._owned()
+                    conn, src = self._owned(), self.source
                     try:
-                        if PROFILE.pgbouncer and self.source.statement_timeout is not None:
-                            yield from self._limited(conn, self.source.statement_timeout)
+                        if PROFILE.pgbouncer and (src.statement_timeout or src.idle_timeout):
+                            yield from self._limited(conn, src)
                         else:
                             yield conn
                     except BaseException:
                         self._drop_if_unusable()
                         raise
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _CONNECTION_LOST as exc:
             self._drop_if_unusable()
             raise unavailable(exc, self._conninfo) from exc
         except psycopg.errors.UndefinedTable as exc:
@@ -287,14 +300,16 @@ class Connector:
 
     @staticmethod
     def _limited(
-        conn: psycopg.Connection[Any],
-        timeout: timedelta,
+        conn: psycopg.Connection[Any], source: Source
     ) -> Iterator[psycopg.Connection[Any]]:
         # Through a transaction pooler a session setting would stick to a server
         # connection someone else gets next: bound this operation's transaction only.
-        ms = f"{max(1, int(timeout.total_seconds() * 1000))}ms"
+        limits = {"limit_statement_time": source.statement_timeout}
+        limits["limit_idle_time"] = source.idle_timeout
         with conn.transaction():
-            conn.execute(sql("limit_statement_time"), {"timeout": ms})
+            for name, t in limits.items():
+                if t is not None:
+                    conn.execute(sql(name), {"timeout": f"{_ms(t)}ms"})
             yield conn
 
     def _owned(self) -> psycopg.Connection[Any]:
@@ -311,6 +326,7 @@ class Connector:
                     self._conninfo,
                     statement_timeout=self.source.statement_timeout,
                     prepare=self.source.prepare,
+                    idle_timeout=self.source.idle_timeout,
                 )
             self._terminate_cut(self._own)
         return self._own

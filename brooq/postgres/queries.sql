@@ -704,6 +704,12 @@ WHERE a.datname = current_database()
 -- Bounds the statements of the current transaction (admin reads at scrape time).
 SELECT set_config('statement_timeout', %(timeout)s, true)
 
+-- name: limit_idle_time
+-- Ends the session should the current transaction sit idle that long (a worker
+-- that died inside its settle while a process it forked keeps its socket open):
+-- its locks never hold the supervisor's statements for longer.
+SELECT set_config('idle_in_transaction_session_timeout', %(timeout)s, true)
+
 -- name: depth
 -- Rows per topic and state.
 SELECT topic, state, count(*) AS jobs

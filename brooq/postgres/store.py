@@ -56,7 +56,8 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     ``source`` is a DSN (one lazily opened connection), a psycopg_pool
     ConnectionPool, or a psycopg Connection. Nothing connects until the first
     operation. ``statement_timeout`` (DSN only) bounds every statement of the
-    store's own connection on the server side.
+    store's own connection on the server side; ``idle_timeout`` (DSN only) ends
+    its session when a transaction of it sits idle that long.
     """
 
     def __init__(
@@ -68,8 +69,11 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         statement_timeout: timedelta | None = None,
         prepare: bool = True,
         listen_dsn: str | Literal["auto"] | None = "auto",
+        idle_timeout: timedelta | None = None,
     ) -> None:
-        self.connector = Connector(Source(source, statement_timeout, prepare))
+        self.connector = Connector(
+            Source(source, statement_timeout, prepare, idle_timeout=idle_timeout)
+        )
         self._secrets = passwords_of(source)
         self._turn = False
         self.notify = notify

@@ -386,9 +386,10 @@ class Supervisor(Wiring):
         """The verdict /healthz serves until the next tick."""
         if self.surface is not None:
             answering = self.db.answering(now, DATABASE_SILENT_S)
-            self.surface.publish(
-                *health(self.stopping, answering, self.children.values(), len(self.slots))
-            )
+            oldest = self.completer.oldest()
+            unwritten = 0.0 if oldest is None else now - oldest
+            children, slots = self.children.values(), len(self.slots)
+            self.surface.publish(*health(self.stopping, answering, children, slots, unwritten))
 
     def parent_fds(self) -> list[int]:
         """The descriptors only the parent may use: closed in every new worker."""

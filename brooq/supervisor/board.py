@@ -12,7 +12,11 @@ message round trip is written here:
   worker's to run;
 - the parent names the job an interrupt (cancel, lost lease) is meant for
   before it signals the worker, so a signal that arrives after that job
-  ended never hits the next one.
+  ended never hits the next one;
+- the parent posts until when the leases of the jobs it sent the worker
+  surely hold (``lease_until``, monotonic: the earliest lease end of them,
+  renewed by every heartbeat); the worker stops its handler before then on
+  its own, even when the parent cannot (frozen, stopped, swapped out).
 
 Under the lock a job is either started or taken back, never both: a job is
 never run twice by a take-back. The lock is a POSIX semaphore in shared
@@ -30,8 +34,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-_LAYOUT = struct.Struct("=qdqqqq")
-"""started seq, started at (monotonic), fence low, fence high, interrupt seq, interrupt code."""
+_LAYOUT = struct.Struct("=qdqqqqd")
+"""started seq, started at (monotonic), fence low, fence high, interrupt seq, interrupt code,
+lease until (monotonic; 0: none posted)."""
 _SEQ = struct.Struct("=q")
 _AT = struct.Struct("=d")
 _AT_OFFSET = _SEQ.size
@@ -40,6 +45,7 @@ _FENCE = struct.Struct("=qq")
 _FENCE_AT = _STARTED.size
 _INTERRUPT = struct.Struct("=qq")
 _INTERRUPT_AT = _FENCE_AT + _FENCE.size
+_LEASE_AT = _INTERRUPT_AT + _INTERRUPT.size
 TAKE_BACK_WAIT_S = 0.005
 """The longest the parent waits for a worker's lock before it tries again next tick."""
 
@@ -57,7 +63,7 @@ class Board:
 
     def __init__(self) -> None:
         self._mem = mmap.mmap(-1, _LAYOUT.size)  # anonymous and shared: the fork inherits it
-        _LAYOUT.pack_into(self._mem, 0, 0, 0.0, 0, 0, 0, 0)
+        _LAYOUT.pack_into(self._mem, 0, 0, 0.0, 0, 0, 0, 0, 0.0)
         self._lock: Any = multiprocessing.get_context("fork").Lock()
 
     # --- the worker's side ------------------------------------------------------------------
@@ -78,6 +84,12 @@ class Board:
         """The interrupt code the parent posted for job ``seq`` (0: none)."""
         target, code = _INTERRUPT.unpack_from(self._mem, _INTERRUPT_AT)
         return int(code) if target == seq else 0
+
+    def lease_until(self) -> float:
+        """Until when (monotonic) the lease of every job the parent sent surely holds; 0.0
+        when the parent posted none. One aligned 8-byte word: read whole, without the lock."""
+        (until,) = _AT.unpack_from(self._mem, _LEASE_AT)
+        return float(until)
 
     # --- the parent's side ------------------------------------------------------------------
 
@@ -103,6 +115,10 @@ class Board:
     def post_interrupt(self, seq: int, code: int) -> None:
         """Name job ``seq`` as the target of the interrupt about to be signalled."""
         _INTERRUPT.pack_into(self._mem, _INTERRUPT_AT, seq, code)
+
+    def post_lease(self, until: float) -> None:
+        """Post until when (monotonic) the leases of the jobs sent to the worker surely hold."""
+        _AT.pack_into(self._mem, _LEASE_AT, until)
 
     def close(self) -> None:
         """Unmap the memory (the parent, once the worker is reaped)."""

@@ -8,25 +8,26 @@ board (board.py), unless the parent took it back meanwhile (a long job ran
 ahead of it): a job is never run twice. It never waits for the database on
 the hot path: the parent claims for it and writes its plain outcomes. A job
 with effects (``chain``, ``on_succeeded``) is settled here, in one
-transaction on the worker's own connection (opened on first need). It dies
+transaction on the worker's own connection (opened on first need, closed
+once unused a while: workerstore.py). It dies
 with its parent, flushes stdout and stderr, and leaves only through
 ``os._exit``, so that nothing inherited from the parent (connections, atexit
-hooks) runs in it.
+hooks) runs in it. It never runs a job past the lease its parent last
+renewed, even when the parent is stopped (leasewatch.py).
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
 import select
 import signal
-import sys
 import time
 import traceback
 from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 from types import FrameType
 from typing import NoReturn
 
@@ -35,12 +36,13 @@ from brooq.engine.executor import Executed, Executor
 from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.runner import Attempted, settle_executed
 from brooq.engine.store import Claimed, Store
-from brooq.logs import LoggingListener
+from brooq.logs import LoggingListener, event
 from brooq.metrics import Metrics, set_identity
-from brooq.postgres.store import PostgresStore
 from brooq.queue import Queue
 from brooq.supervisor import protocol
 from brooq.supervisor.board import Board
+from brooq.supervisor.leasewatch import LeaseWatch
+from brooq.supervisor.workerstore import WorkerStore
 from brooq.vocabulary import DEFAULT_MAX_RESULT_BYTES, StoreUnavailable
 
 log = logging.getLogger("brooq.child")
@@ -59,6 +61,8 @@ class ExitCode(enum.IntEnum):
     """Its connection to the parent broke (the parent died, or a handler closed it)."""
     STOPPED_IDLE = 6
     """SIGTERM while it waited for a job: a job the parent sent meanwhile never started."""
+    LEASE_ENDING = 8
+    """Its handler still ran just before the lease the parent last renewed could end."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,13 @@ class WorkerConfig:
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     log_jobs: bool = False
     """Log every job at INFO (JobClaimed, JobDone); failures are logged either way."""
+    lease_s: float = 0.0
+    """The lease: the worker stops a job before the lease posted on its board ends (0: not)."""
+    statement_timeout: timedelta | None = None
+    idle_timeout: timedelta | None = None
+    """Bounds of the worker's connection: a statement, a transaction left idle (services.py)."""
+    connection_idle_s: float = 60.0
+    """The worker closes its connection once unused this long (QUEUE_WORKER_CONNECTION_IDLE)."""
 
 
 class _Stopping(BaseException):
@@ -108,24 +119,23 @@ class Worker:
         self.reader = protocol.FrameReader(sock)
         self.jobs: deque[protocol.Assign] = deque()
         """Jobs the parent sent ahead, not started yet."""
-        self.current = 0
-        """The sequence number of the job running now (0: none)."""
+        self.current, self.current_id = 0, ""
+        """The sequence number (0: none) and id of the job running now."""
         self.finished = 0
         self.stop_asked = False
         self.stopping = False
         self.busy = False
         self.damaged = False
-        self._store: PostgresStore | None = None
+        self.own = WorkerStore(config)
+        self.watch: LeaseWatch | None = None
+        if board is not None and config.lease_s > 0:
+            running, ends = (lambda: self.current), self._lease_ends
+            self.watch = LeaseWatch(board.lease_until, config.lease_s, running, ends)
 
     @property
     def store(self) -> Store:
         """The worker's own store, for settles with effects; connects on first use."""
-        if self._store is None:
-            c = self.config
-            self._store = PostgresStore(
-                c.dsn, notify=c.notify, max_payload_bytes=c.max_payload_bytes, prepare=c.prepare
-            )
-        return self._store
+        return self.own.store
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.stopping = True  # finish the running job, then leave
@@ -136,7 +146,16 @@ class Worker:
         """A cancel or a lost lease is for the job the parent named, never the next one
         (without a board the worker holds one job at a time: it is that one)."""
         code = INTERRUPT_CODES.get(signal.Signals(signum))
+        if code == 1 and self.watch is not None and self.watch.fired_for == self.current:
+            return True  # the worker's own watch: the lease ends
         return code is None or self.board is None or self.board.interrupt_for(self.current) == code
+
+    def _lease_ends(self, seq: int, left_s: float) -> NoReturn:
+        """The handler still runs as the lease ends: leave now (the watch's thread)."""
+        job, left = self.current_id, round(left_s, 3)
+        event(log, "LeaseEnding", logging.WARNING, action="exit", left_s=left, job_id=job)
+        osproc.flush_stdio()
+        os._exit(ExitCode.LEASE_ENDING)
 
     def install_signals(self) -> None:
         """TERM: finish the job, then leave. INT is ignored: the parent decides what a ^C
@@ -161,6 +180,8 @@ class Worker:
     def run(self) -> int:
         """Run the jobs the parent sends, in order, until told to stop or due to leave."""
         os.set_blocking(self.sock, False)
+        if self.watch is not None:
+            self.watch.start()
         self.idle()
         self.send(protocol.Booted())
         try:
@@ -181,8 +202,13 @@ class Worker:
             return ExitCode.LOST_PARENT
 
     def wait_for_jobs(self) -> None:
-        """Nothing queued: show it in ps and sleep until the parent writes."""
+        """Nothing queued: show it in ps and sleep until the parent writes (waking once to
+        close the worker's connection when it goes unused for its bound meanwhile)."""
         self.idle()
+        left = self.own.look()
+        if left is not None and select.select([self.sock], [], [], left)[0]:
+            return
+        self.own.look()
         select.select([self.sock], [], [])
 
     def receive(self) -> bool:
@@ -206,10 +232,13 @@ class Worker:
         try:
             if self.board is not None and not self.board.start(assign.seq):
                 return None  # taken back: another worker runs it
-            self.current = assign.seq
+            self.current, self.current_id = assign.seq, assign.claimed.id
+            if self.watch is not None:
+                self.watch.job_started()
             finished = self.execute(assign.claimed)
             self.current = 0
             self.finished += 1
+            self.own.look()
             leaving = self.leaving_reason()
             self.send(
                 protocol.Finished(
@@ -233,6 +262,9 @@ class Worker:
         """
         if self.board is not None and self.board.interrupt_for(self.current):
             return protocol.Finished(self.current, claimed.ticket, ABANDONED, 0.0)
+        if self.watch is not None and (left := self.watch.too_late(time.monotonic())) is not None:
+            self.lease_ending(claimed, "skip", left)
+            return protocol.Finished(self.current, claimed.ticket, ABANDONED, 0.0)
         options = self.executor.options(claimed.topic)
         osproc.title(
             f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
@@ -241,6 +273,8 @@ class Worker:
         self.log.claimed(claimed, options)
         owned = self.owned_fds()
         executed = self.executor.run(claimed)
+        if self.watch is not None and self.watch.fired_for == self.current:
+            self.lease_ending(claimed, "interrupt", self.watch.too_late(time.monotonic()))
         self.check_fds(owned, claimed)
         outcome, written = executed.outcome, None
         if executed.has_effects:
@@ -276,10 +310,15 @@ class Worker:
             )
             return executed.outcome, False
 
+    def lease_ending(self, claimed: Claimed, action: str, left_s: float | None) -> None:
+        """Say that the worker itself stopped (or did not start) a job as its lease ends."""
+        left = None if left_s is None else round(left_s, 3)
+        event(log, "LeaseEnding", logging.WARNING, action=action, left_s=left, job_id=claimed.id)
+
     def owned_fds(self) -> dict[int, osproc.FdIdentity]:
         """What the worker's own descriptors are: stdio, its socket, its database connection."""
         fds = [0, 1, 2, self.sock]
-        if self._store is not None and (fd := self._store.connector.fileno()) is not None:
+        if (fd := self.own.fileno()) is not None:
             fds.append(fd)
         return osproc.fd_identities(fds)
 
@@ -299,8 +338,8 @@ class Worker:
             return
         if self.sock in damaged:
             os._exit(ExitCode.LOST_PARENT)
-        if self._store is not None and self._store.connector.fileno() in damaged:
-            self._store.connector.forget()
+        if self.own.fileno() in damaged:
+            self.own.forget()
         self.damaged = True
         log.warning(
             "the handler closed descriptors the worker owns; it leaves after this job",
@@ -353,8 +392,5 @@ def worker_main(
     except BaseException:
         traceback.print_exc()
     finally:
-        # Whatever a handler printed must reach the log before _exit skips the flush.
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(BaseException):
-                stream.flush()
+        osproc.flush_stdio()  # what a handler printed must reach the log: _exit skips it
         os._exit(code)

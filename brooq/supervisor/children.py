@@ -142,6 +142,9 @@ class ChildProcess:
     finished_jobs: int = 0
     eof_at: float = 0.0
     """When the parent read EOF on the worker's socket (0: not yet)."""
+    lease_until: float = 0.0
+    """The earliest lease end (monotonic) of the jobs sent to the worker, as last posted on its
+    board: the worker stops its handler before then, whatever becomes of the parent."""
 
     def __post_init__(self) -> None:
         self.reader = protocol.FrameReader(self.sock)
@@ -183,6 +186,12 @@ class ChildProcess:
         self.queue.append(running)
         self.last_seq = running.seq
         self.outbox += frame
+
+    def post_lease(self, until: float) -> None:
+        """Tell the worker (on its board) that the leases of its jobs hold until ``until``."""
+        self.lease_until = until
+        if self.board is not None:
+            self.board.post_lease(until)
 
     def send(self, message: protocol.Message) -> None:
         """Queue ``message`` and write what the socket takes now (never blocks)."""

@@ -57,6 +57,8 @@ class Completer:
         self.pending: list[Pending] = []
         self.not_before = 0.0
         self.failures = 0
+        self.in_flight: float | None = None
+        """When the oldest outcome of the flush under way was reported (None: no flush)."""
 
     def add(self, ticket: Ticket, outcome: Outcome, topic: str, now: float) -> None:
         """Queue an outcome for the next flush."""
@@ -82,8 +84,10 @@ class Completer:
             return 0
         batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
         settles = [(p.ticket, p.outcome) for p in batch]
+        self.in_flight = min(p.since for p in batch)
 
         def done(written: set[str] | None, error: BaseException | None) -> None:
+            self.in_flight = None
             if error is not None or written is None:
                 self.failures += 1
                 self.pending[:0] = batch  # first in line again, never dropped
@@ -104,6 +108,14 @@ class Completer:
 
         self.db.submit("flush", lambda: self.store.settle_many(settles), done)
         return len(batch)
+
+    def oldest(self) -> float | None:
+        """When the oldest outcome not written yet was reported (monotonic), or None: how
+        long outcomes wait says whether they can be written at all (/healthz)."""
+        times = [p.since for p in self.pending[:1]]
+        if self.in_flight is not None:
+            times.append(self.in_flight)
+        return min(times, default=None)
 
     def forget(self, job_id: str) -> None:
         """Drop the waiting outcome of a job (its lease ended long ago: nothing to write)."""

@@ -111,8 +111,12 @@ class Dispatcher:
         return sent
 
     def top_up(self, child: ChildProcess, now: float) -> int:
-        """Send ``child`` jobs until its queue holds enough expected work; how many."""
+        """Send ``child`` jobs until its queue holds enough expected work; how many.
+
+        The worker's board gets the earliest lease end of what it holds (a worker
+        with nothing queued holds only what goes out now)."""
         sent = 0
+        until = float("inf") if not child.queue else child.lease_until
         while len(child.queue) < MAX_QUEUED:
             claimed = self.producer.peek(child.group)
             if claimed is None or (child.queue and not self.fits_behind(child, claimed)):
@@ -124,8 +128,21 @@ class Dispatcher:
             except protocol.FrameTooLarge:
                 self.too_large(claimed, now)
                 continue
+            if (held := self.holdings.get(claimed.id)) is not None:
+                until = min(until, held.lease_end)
             sent += 1
+        if sent and until != child.lease_until and until != float("inf"):
+            child.post_lease(until)
         return sent
+
+    def post_leases(self) -> None:
+        """A heartbeat renewed leases: post on every worker's board the earliest lease end of
+        the jobs it holds (one no longer held keeps the end last posted)."""
+        holdings = self.holdings.jobs
+        for child in self.workers():
+            ends = [h.lease_end for r in child.queue if (h := holdings.get(r.claimed.id))]
+            if ends:
+                child.post_lease(min(ends))
 
     def too_large(self, claimed: Claimed, now: float) -> None:
         """A job whose payload cannot reach a worker: dead at once, with a reason (running it

@@ -47,10 +47,12 @@ class Exits:
         holdings: Holdings,
         release: Release,
         restarted: Callable[[Exit], None],
+        lease_s: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.options, self.completer, self.producer = options, completer, producer
         self.holdings, self.release, self.restarted = holdings, release, restarted
+        self.lease_s = lease_s
         self.clock = clock
         self.restarts = 0
 
@@ -72,11 +74,12 @@ class Exits:
         child.close()
         child.observe()  # its board says which job it started last
         how = osproc.describe_exit(status)
-        reason = orphans.exit_reason(child, status, generation, stopping)
+        lease_ended = orphans.left_as_lease_ended(child, status, self.clock(), self.lease_s)
+        reason = orphans.exit_reason(child, status, generation, stopping, lease_ended)
         running = child.job
         unstarted = [r.claimed for r in child.queue if r is not running]
         if running is not None:
-            self.orphaned(child, running, status, how, stopping)
+            self.orphaned(child, running, status, how, stopping, lease_ended)
         if unstarted:
             self.give_back(child, unstarted, stopping)
         if slot is not None and not stopping:
@@ -107,11 +110,18 @@ class Exits:
             self.producer.put_back(child.group, claimed, now)
 
     def orphaned(
-        self, child: ChildProcess, job: Running, status: int, how: str, stopping: bool
+        self,
+        child: ChildProcess,
+        job: Running,
+        status: int,
+        how: str,
+        stopping: bool,
+        lease_ended: bool = False,
     ) -> None:
         """Carry out the orphans service's decision about the job ``child`` was running."""
         claimed = job.claimed
-        orphan = orphans.decide_orphan(child, job, status, how, self.options(claimed.topic))
+        options = self.options(claimed.topic)
+        orphan = orphans.decide_orphan(child, job, status, how, options, lease_ended)
         match orphan.fate:
             case orphans.Fate.RELEASE:
                 self.release([claimed], "shutdown")

@@ -7,7 +7,8 @@ extends them all. The supervisor knows, by its own clock, a conservative end
 of each lease (when the statement that set it was sent, plus the lease): if
 heartbeats cannot get through, a running job is interrupted and then killed
 before that end, so that another supervisor's reaper never hands out a job
-that still runs here.
+that still runs here. Each worker is told that end too (its board) and stops
+its handler before it on its own, should the supervisor itself stop.
 """
 
 from __future__ import annotations
@@ -87,11 +88,14 @@ class LeaseKeeper:
         holdings: Holdings,
         lease: timedelta,
         on_lost: Callable[[Held], None],
+        on_kept: Callable[[], None] = lambda: None,
     ) -> None:
         self.store, self.db, self.holdings = store, db, holdings
         self.lease = lease
         self.every = Every(lease / 3)
         self.on_lost = on_lost
+        self.on_kept = on_kept
+        """Called after each heartbeat that got through (the workers learn the new ends)."""
         self.failed = False
 
     def run_once(self, now: float) -> bool:
@@ -117,6 +121,7 @@ class LeaseKeeper:
                 held = self.holdings.get(ticket.job_id)
                 if ticket.job_id not in kept and held is not None and held.ticket == ticket:
                     self.on_lost(held)
+            self.on_kept()
 
         self.db.submit("heartbeat", lambda: self.store.heartbeat(tickets, self.lease), done)
         return True

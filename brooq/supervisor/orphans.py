@@ -4,8 +4,8 @@ A pure decision from how the worker ended; the supervisor carries it out.
 A crash, a hard timeout or a hung handler is a recorded failure (invariant
 7: this is how a poison job reaches ``dead``); a stop past the graceful
 timeout gives the job back uncharged; a job the worker never started goes
-back into the buffer; a job that was no longer ours (lease lost, canceled)
-is left alone.
+back into the buffer; a job that was no longer ours (lease lost, canceled),
+or whose worker left as its lease ended, is left alone.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from enum import Enum
 from brooq.engine.outcome import Outcome, crash_outcome
 from brooq.supervisor.child import ExitCode
 from brooq.supervisor.children import ChildProcess, Exit, Interrupt, Kill, Running
+from brooq.supervisor.leasewatch import Margins
 from brooq.vocabulary import KindOptions
 
 
@@ -50,10 +51,26 @@ def planned(status: int) -> bool:
     )
 
 
-def exit_reason(child: ChildProcess, status: int, generation: int, stopping: bool) -> Exit:
+def left_as_lease_ended(child: ChildProcess, status: int, now: float, lease_s: float) -> bool:
+    """True when the worker left on its own as the lease posted on its board was ending: its
+    exit code says so and the parent's record of that lease agrees (a handler's own
+    ``os._exit`` with the same code at any other time is a crash)."""
+    return (
+        os.WIFEXITED(status)
+        and os.WEXITSTATUS(status) == ExitCode.LEASE_ENDING
+        and child.lease_until > 0
+        and now >= child.lease_until - Margins.of(lease_s).interrupt_s
+    )
+
+
+def exit_reason(
+    child: ChildProcess, status: int, generation: int, stopping: bool, lease_ended: bool = False
+) -> Exit:
     """Why the worker is gone, for logs and brooq_worker_restarts_total."""
     if child.kill is not None:
         return Exit(child.kill.value)
+    if lease_ended:
+        return Exit.LEASE_ENDING
     if child.leaving in (Exit.MAX_JOBS, Exit.MAX_MEMORY, Exit.BROKEN):
         return Exit(child.leaving)
     if child.retiring and planned(status):
@@ -64,14 +81,25 @@ def exit_reason(child: ChildProcess, status: int, generation: int, stopping: boo
 
 
 def decide_orphan(
-    child: ChildProcess, job: Running, status: int, how: str, options: KindOptions
+    child: ChildProcess,
+    job: Running,
+    status: int,
+    how: str,
+    options: KindOptions,
+    lease_ended: bool = False,
 ) -> Orphan:
-    """What to do with ``job``, held by ``child`` when it ended (``how``: its exit)."""
+    """What to do with ``job``, held by ``child`` when it ended (``how``: its exit;
+    ``lease_ended``: the worker left as its lease ended, see left_as_lease_ended)."""
     if child.kill is Kill.SHUTDOWN:
         return Orphan(Fate.RELEASE)
-    if child.kill is Kill.LEASE_ENDING or job.interrupted in (
-        Interrupt.LEASE_LOST,
-        Interrupt.CANCELED,
+    if (
+        lease_ended
+        or child.kill is Kill.LEASE_ENDING
+        or job.interrupted
+        in (
+            Interrupt.LEASE_LOST,
+            Interrupt.CANCELED,
+        )
     ):
         return Orphan(Fate.LEAVE)
     if (

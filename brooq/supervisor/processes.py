@@ -22,6 +22,7 @@ from brooq import osproc
 from brooq.config import Settings
 from brooq.logs import event
 from brooq.queue import Queue
+from brooq.supervisor import services
 from brooq.supervisor.board import Board
 from brooq.supervisor.child import WorkerConfig, worker_main
 from brooq.supervisor.children import ChildProcess, Interrupt, Kill
@@ -146,6 +147,10 @@ class Processes:
             max_payload_bytes=s.max_payload_bytes,
             metrics_id=metrics_id,
             log_jobs=s.log_jobs,
+            lease_s=s.lease.total_seconds(),
+            statement_timeout=services.statement_bound(s.lease),
+            idle_timeout=services.idle_transaction_bound(s.lease),
+            connection_idle_s=s.worker_connection_idle.total_seconds(),
             max_result_bytes=s.max_result_bytes,
         )
         worker_main(self.queue, config, child_end, board, self.parent_pid, self.metrics)

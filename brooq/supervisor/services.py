@@ -24,12 +24,24 @@ from brooq.supervisor.producer import Group, Producer
 from brooq.vocabulary import Schedule
 
 
-def open_stores(settings: Settings, dsn: str) -> tuple[PostgresStore, PostgresStore]:
-    """The writes lane's store and the claims lane's, each statement bounded by lease/3.
+def statement_bound(lease: timedelta) -> timedelta:
+    """How long one statement of the supervisor's lanes, or of a worker, may run: lease/3, at
+    least 5 s. A statement that outlives it would let leases run out behind it (or behind the
+    locks it holds)."""
+    return max(lease / 3, timedelta(seconds=5))
 
-    A statement that outlives the bound would let leases run out behind it.
-    """
-    bound = max(settings.lease / 3, timedelta(seconds=5))
+
+def idle_transaction_bound(lease: timedelta) -> timedelta:
+    """How long a worker's transaction may sit idle before PostgreSQL ends its session, and
+    its locks with it: lease/12, at least 1 s and at most 5 s; below the lanes' stuck bound
+    (max(2 s, lease/6)), so locks left by a worker that died inside its settle (a process it
+    forked keeps the socket open) are gone before a lane would cut its own statement."""
+    return min(timedelta(seconds=5), max(timedelta(seconds=1), lease / 12))
+
+
+def open_stores(settings: Settings, dsn: str) -> tuple[PostgresStore, PostgresStore]:
+    """The writes lane's store and the claims lane's, each statement bounded (statement_bound)."""
+    bound = statement_bound(settings.lease)
     writes = PostgresStore(
         dsn,
         notify=settings.notify,

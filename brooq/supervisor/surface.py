@@ -23,6 +23,9 @@ from brooq.surface.service import HealthBoard, ServiceSurface
 
 DATABASE_SILENT_S = 10.0
 """/healthz fails when the database lanes have not finished a task for this long."""
+OUTCOMES_LATE_S = 10.0
+"""/healthz fails while an outcome has waited this long to be written (they are written within
+milliseconds: a flush that keeps failing or waiting, say on rows another session locked)."""
 
 WorkersSnapshot = Callable[[], tuple[int, dict[str, int]]]
 """Worker processes running, and busy workers per topic (called from an HTTP thread)."""
@@ -105,14 +108,21 @@ def busy_by_topic(children: Iterable[ChildProcess]) -> tuple[int, dict[str, int]
 
 
 def health(
-    stopping: str | None, answering: bool, children: Iterable[ChildProcess], slots: int
+    stopping: str | None,
+    answering: bool,
+    children: Iterable[ChildProcess],
+    slots: int,
+    unwritten_s: float = 0.0,
 ) -> tuple[bool, str]:
-    """/healthz: not stopping, the database answering, every slot's worker up and not wedged;
-    a fixed reason (never a database error's text)."""
+    """/healthz: not stopping, the database answering, outcomes written (none waiting for
+    OUTCOMES_LATE_S: ``unwritten_s`` is the oldest one's wait), every slot's worker up and
+    not wedged; a fixed reason (never a database error's text)."""
     if stopping:
         return False, f"stopping ({stopping})"
     if not answering:
         return False, "database unavailable"
+    if unwritten_s >= OUTCOMES_LATE_S:
+        return False, f"outcomes not written for {int(unwritten_s)}s"
     running = sum(
         1 for c in children if c.booted and not c.retiring and c.kill is None and not c.closed
     )

@@ -113,7 +113,12 @@ class Wiring:
             kill=self.workers.kill,
         )
         self.leases = LeaseKeeper(
-            self.claims_store, self.db.claims, self.holdings, s.lease, self.held.lost
+            self.claims_store,
+            self.db.claims,
+            self.holdings,
+            s.lease,
+            self.held.lost,
+            on_kept=self.dispatcher.post_leases,
         )
         self.exits = Exits(
             options=self.dispatcher.options,
@@ -122,6 +127,7 @@ class Wiring:
             holdings=self.holdings,
             release=self.held.release,
             restarted=lambda reason: self.metrics.restarts.labels(reason=str(reason)).inc(),
+            lease_s=s.lease.total_seconds(),
         )
         self.maintenance = services.build_maintenance(
             s, self.queue.schedules, store=self.store, writes=self.db.writes, metrics=self.metrics

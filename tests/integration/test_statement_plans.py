@@ -37,6 +37,7 @@ NOT_ON_JOB = {
     "lock_topic": "an advisory lock",
     "terminate_cut_backends": "pg_stat_activity",
     "limit_statement_time": "set_config",
+    "limit_idle_time": "set_config",
     "register_supervisor": "brooq_supervisor",
     "expire_supervisors": "brooq_supervisor",
     "unregister_supervisor": "brooq_supervisor",

@@ -17,11 +17,15 @@ from prometheus_client import Counter
 
 from brooq import metrics as prom
 from brooq.engine.fake import InMemoryStore
+from brooq.engine.kinds import Registry
 from brooq.engine.outcome import DONE, SettleKind
 from brooq.engine.store import Claimed
+from brooq.supervisor.board import Board
+from brooq.supervisor.child import ExitCode
 from brooq.supervisor.children import ChildProcess, Exit, Interrupt, Kill, Running
 from brooq.supervisor.completer import Completer, Pending
 from brooq.supervisor.database import Done
+from brooq.supervisor.dispatch import Dispatcher
 from brooq.supervisor.exits import Exits
 from brooq.supervisor.held import REPORT_GRACE_S, HeldJobs
 from brooq.supervisor.leases import Held, Holdings
@@ -123,6 +127,7 @@ class Rig:
             holdings=self.holdings,
             release=lambda claimed, why: self.released.append(([c.id for c in claimed], why)),
             restarted=self.restarts.append,
+            lease_s=LEASE.total_seconds(),
             clock=self.clock,
         )
 
@@ -158,6 +163,7 @@ def child_with(claimed: Claimed | None, *, pid: int = 7, started: float = 0.0) -
 
 KILLED = signal.SIGKILL.value  # the wait status of "killed by SIGKILL"
 EXITED_IDLE = 6 << 8  # exit code 6: SIGTERM while waiting, the job never started
+EXITED_AT_LEASE_END = ExitCode.LEASE_ENDING << 8
 
 
 # --- Exits -------------------------------------------------------------------------------------
@@ -213,6 +219,29 @@ def test_a_shutdown_kill_releases_and_a_lost_lease_writes_nothing() -> None:
     assert second.id not in rig.holdings and not rig.completer.pending
 
 
+def test_a_worker_that_left_as_its_lease_ended_leaves_the_job_to_the_reaper() -> None:
+    rig = Rig()
+    first, second = rig.claim(2)
+    rig.holdings.add(first.ticket, "a", 103.0)
+    child = child_with(first)
+    child.post_lease(103.0)  # 3 s left at 100: within the worker's margin (lease/6 = 5 s)
+    reason = rig.exits().worker_exited(
+        child, EXITED_AT_LEASE_END, generation=0, stopping=False, slot=SlotState(["a"])
+    )
+    assert reason is Exit.LEASE_ENDING and rig.restarts == [Exit.LEASE_ENDING]
+    assert first.id not in rig.holdings and not rig.completer.pending and not rig.released
+    # The same exit code while the lease is far from its end is a handler's own: a crash.
+    rig.holdings.add(second.ticket, "a", 130.0)
+    early = child_with(second, pid=8)
+    early.post_lease(130.0)
+    reason = rig.exits().worker_exited(
+        early, EXITED_AT_LEASE_END, generation=0, stopping=False, slot=SlotState(["a"])
+    )
+    assert reason is Exit.CRASH
+    (pending,) = rig.completer.pending
+    assert pending.ticket == second.ticket and pending.outcome.kind is SettleKind.FAILED
+
+
 def test_a_worker_that_dies_at_boot_backs_its_slot_off() -> None:
     rig = Rig()
     slot = SlotState(["a"])
@@ -221,6 +250,41 @@ def test_a_worker_that_dies_at_boot_backs_its_slot_off() -> None:
     reason = rig.exits().worker_exited(child, 1 << 8, generation=0, stopping=False, slot=slot)
     assert reason is Exit.CRASH
     assert slot.failures == 1 and slot.not_before == rig.clock.now + 0.5
+
+
+# --- Dispatcher: the lease a worker is told -----------------------------------------------------
+
+
+def test_each_worker_is_told_the_earliest_lease_end_of_the_jobs_it_holds() -> None:
+    rig = Rig()
+    first, second = rig.claim(2)
+    rig.holdings.add(first.ticket, "a", 130.0)
+    rig.holdings.add(second.ticket, "a", 125.0)
+    child = child_with(None)
+    child.board = board = Board()
+    dispatcher = Dispatcher(
+        Registry(),
+        rig.producer,
+        rig.completer,
+        rig.holdings,
+        rig.metrics,
+        5.0,
+        workers=lambda: [child],
+    )
+    rig.producer.put_back(GROUP, first, 100.0)
+    assert dispatcher.top_up(child, 100.0) == 1  # a topic not measured yet: one job at a time
+    assert child.lease_until == board.lease_until() == 130.0  # posted before the job goes out
+    rig.holdings.extend([first.id], 150.0)  # a heartbeat got through
+    dispatcher.post_leases()
+    assert board.lease_until() == 150.0
+    child.queue.append(Running(second, 2, 100.0, 5.0))
+    dispatcher.post_leases()
+    assert board.lease_until() == 125.0  # the earliest end of what the worker holds
+    rig.holdings.drop(first.id)
+    rig.holdings.drop(second.id)  # lost: the end last posted stands
+    dispatcher.post_leases()
+    assert board.lease_until() == 125.0
+    board.close()
 
 
 # --- HeldJobs ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from brooq.engine.fake import InMemoryStore
 from brooq.engine.outcome import DONE, Outcome, SettleKind
 from brooq.engine.store import Claimed, Ticket
 from brooq.supervisor import completer as completer_mod
-from brooq.supervisor import orphans
+from brooq.supervisor import orphans, surface
 from brooq.supervisor.children import ChildProcess, Interrupt, Kill, Running
 from brooq.supervisor.completer import Completer, Pending
 from brooq.supervisor.database import Done
@@ -273,6 +273,34 @@ def test_a_failed_flush_keeps_its_outcomes_first_in_line_and_retries_later() -> 
     assert c.run_once(1.0 + completer_mod.RETRY_AFTER_S, force=True) == 2
     db.finish()
     assert not c.pending and c.failures == 0
+
+
+def test_the_oldest_unwritten_outcome_counts_the_flush_under_way_and_a_failed_one() -> None:
+    store, db = InMemoryStore(), InlineDatabase()
+    c = Completer(store, db, lambda ok, lost: None)
+    first, second = claimed_tickets(store, 2)
+    assert c.oldest() is None
+    c.add(first, DONE, "a", 1.0)
+    c.run_once(2.0, force=True)
+    c.add(second, DONE, "a", 3.0)
+    assert c.oldest() == 1.0  # the flush under way holds the oldest
+    db.fail(ConnectionError("cut as stuck"))
+    assert c.oldest() == 1.0  # put back, first in line: still waiting since 1.0
+    assert c.run_once(2.0 + completer_mod.RETRY_AFTER_S, force=True) == 2
+    db.finish()
+    assert c.oldest() is None
+
+
+def test_healthz_fails_while_an_outcome_waits_too_long_to_be_written() -> None:
+    child, _ = running_child()
+    child.booted, child.closed = True, False
+    late = surface.OUTCOMES_LATE_S
+    assert surface.health(None, True, [child], 1, late - 0.1) == (True, "1 workers running")
+    assert surface.health(None, True, [child], 1, late + 2.5) == (
+        False,
+        f"outcomes not written for {int(late + 2.5)}s",
+    )
+    assert surface.health(None, False, [child], 1, late + 2.5) == (False, "database unavailable")
 
 
 def test_backpressure_when_the_database_falls_behind(monkeypatch: pytest.MonkeyPatch) -> None:

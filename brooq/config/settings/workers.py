@@ -87,6 +87,20 @@ class WorkerKeys(KeyTable):
         example="512MiB, or 0 for unlimited",
         commands=(SUPERVISE,),
     )
+    worker_connection_idle: Key[timedelta] = Key(
+        "QUEUE_WORKER_CONNECTION_IDLE",
+        v.duration(
+            zero_ok=False,
+            at_least=timedelta(seconds=1),
+            why=": a worker would close and open its connection between jobs",
+        ),
+        "1m",
+        "Close a worker's own database connection (opened for jobs with chain or "
+        "on_succeeded) once it went unused this long; its next such job opens it again "
+        "(at least 1s).",
+        section="workers",
+        commands=(SUPERVISE,),
+    )
     prefetch: Key[int | None] = Key(
         "QUEUE_PREFETCH",
         v.integer(0, 10_000),
