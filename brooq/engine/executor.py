@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -60,6 +61,20 @@ class Executed:
         )
 
 
+def _trace_context(text: str | None) -> dict[str, str] | None:
+    """A claimed job's trace context, decoded (None when it has none, or it is not an
+    object of texts: a row written by hand must not fail the job)."""
+    if text is None:
+        return None
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    return {str(k): str(v) for k, v in decoded.items()}
+
+
 class Executor:
     """Runs handlers in the calling thread (the main thread gets soft interrupts).
 
@@ -79,14 +94,15 @@ class Executor:
         self.interrupts = InterruptScope()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def options(self, topic: str) -> KindOptions:
-        """The complete options of ``topic``, or the defaults for a topic with no handler."""
-        return self.kinds.options(topic) if topic in self.kinds else self.kinds.defaults
+    def options(self, claimed: Claimed) -> KindOptions:
+        """The complete options of a claimed job: its kind's (the defaults for a topic with
+        no handler), with the overrides the job carries."""
+        return self.kinds.job_options(claimed.topic, claimed.overrides)
 
     def run(self, claimed: Claimed) -> Executed:
         """Decode the payload, call the handler, decide; never raises for the job's faults."""
         started = time.monotonic()
-        options = self.options(claimed.topic)
+        options = self.options(claimed)
         try:
             kind = self.kinds.get(claimed.topic)
             payload = claimed.payload
@@ -125,6 +141,7 @@ class Executor:
             deadline=datetime.now(UTC) + timeout if timeout else None,
             max_attempts=options.max_attempts,
             expirations=claimed.expirations,
+            trace_context=_trace_context(claimed.trace_context),
             _read_parents=functools.partial(self.parents, claimed.id) if self.parents else None,
         )
 

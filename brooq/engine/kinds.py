@@ -83,6 +83,12 @@ class Registry:
             complete = self._complete[topic] = self.get(topic).options.with_defaults(self._defaults)
         return complete
 
+    def job_options(self, topic: str, overrides: KindOptions | None = None) -> KindOptions:
+        """The complete options of one job of ``topic``: its kind's (the defaults for a topic
+        with no handler here), with the ``overrides`` the job sets for itself."""
+        kind = self.options(topic) if topic in self._kinds else self._defaults
+        return kind.overridden_by(overrides)
+
     def rates(self) -> dict[str, RateLimit]:
         """The rate limit of every topic that has one (its claims spend its tokens)."""
         return {t: r for t in self.topics() if (r := self.options(t).rate_limit) is not None}

@@ -118,7 +118,7 @@ class SlotRunner:
     def execute(self, claimed: Claimed) -> Attempted:
         """Run the handler of an already claimed job and settle its outcome."""
         if self.listener and claimed.topic in self.kinds:
-            self.listener.claimed(claimed, self.executor.options(claimed.topic))
+            self.listener.claimed(claimed, self.executor.options(claimed))
         executed = self.executor.run(claimed)
         outcome, written = settle_executed(self.store, executed)
         attempted = Attempted(claimed, outcome, written, time.monotonic() - executed.started)

@@ -233,7 +233,7 @@ class Worker:
         """
         if self.board is not None and self.board.interrupt_for(self.current):
             return protocol.Finished(self.current, claimed.ticket, ABANDONED, 0.0)
-        options = self.executor.options(claimed.topic)
+        options = self.executor.options(claimed)
         osproc.title(
             f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
             f"attempt {claimed.attempt}"

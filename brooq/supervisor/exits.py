@@ -41,7 +41,7 @@ class Exits:
     def __init__(
         self,
         *,
-        options: Callable[[str], KindOptions],
+        options: Callable[[Claimed], KindOptions],
         completer: Completer,
         producer: Producer,
         holdings: Holdings,
@@ -111,7 +111,7 @@ class Exits:
     ) -> None:
         """Carry out the orphans service's decision about the job ``child`` was running."""
         claimed = job.claimed
-        orphan = orphans.decide_orphan(child, job, status, how, self.options(claimed.topic))
+        orphan = orphans.decide_orphan(child, job, status, how, self.options(claimed))
         match orphan.fate:
             case orphans.Fate.RELEASE:
                 self.release([claimed], "shutdown")
