@@ -14,6 +14,7 @@ Public API::
 
 from typing import TYPE_CHECKING, Any
 
+from brooq.engine.middleware import Middleware, Settled
 from brooq.vocabulary import (
     AttemptTimedOut,
     BrooqError,
@@ -92,6 +93,7 @@ __all__ = [
     "KindOptions",
     "Lease",
     "LeaseLost",
+    "Middleware",
     "NeedsDatabase",
     "Parent",
     "PreserveAttempt",
@@ -100,6 +102,7 @@ __all__ = [
     "ResultNotJSON",
     "ResultTimeout",
     "ResultTooLarge",
+    "Settled",
     "State",
     "StoreUnavailable",
     "Topic",

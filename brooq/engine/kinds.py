@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from brooq.engine.middleware import MiddlewareStack
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
     Claim,
@@ -43,6 +44,8 @@ class Registry:
         self._defaults = defaults.with_defaults(BUILTIN_KIND_DEFAULTS)
         self._complete: dict[str, KindOptions] = {}
         """Each topic's options completed with the defaults (asked for on every job)."""
+        self.middleware = MiddlewareStack()
+        """What wraps every enqueue and every run of a handler (``queue.use``)."""
 
     @property
     def defaults(self) -> KindOptions:

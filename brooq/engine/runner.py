@@ -121,6 +121,7 @@ class SlotRunner:
             self.listener.claimed(claimed, self.executor.options(claimed))
         executed = self.executor.run(claimed)
         outcome, written = settle_executed(self.store, executed)
+        self.executor.settled(executed, outcome, written)
         attempted = Attempted(claimed, outcome, written, time.monotonic() - executed.started)
         if self.listener:
             self.listener.settled(attempted)

@@ -245,6 +245,7 @@ class Worker:
         outcome, written = executed.outcome, None
         if executed.has_effects:
             outcome, written = self.settle_here(executed)
+        self.executor.settled(executed, outcome, written)
         duration = time.monotonic() - executed.started
         self.log.settled(Attempted(claimed, outcome, written, duration))
         if self.metrics:
@@ -353,6 +354,9 @@ def worker_main(
     except BaseException:
         traceback.print_exc()
     finally:
+        # os._exit skips atexit: what a middleware buffers (spans) is flushed here.
+        with contextlib.suppress(BaseException):
+            queue.registry.middleware.process_exit()
         # Whatever a handler printed must reach the log before _exit skips the flush.
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(BaseException):

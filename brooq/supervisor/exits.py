@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from brooq import osproc
+from brooq.engine.outcome import Outcome
 from brooq.engine.store import Claimed
 from brooq.logs import event
 from brooq.supervisor import orphans
@@ -47,11 +48,14 @@ class Exits:
         holdings: Holdings,
         release: Release,
         restarted: Callable[[Exit], None],
+        crashed: Callable[[Claimed, Outcome, float | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.options, self.completer, self.producer = options, completer, producer
         self.holdings, self.release, self.restarted = holdings, release, restarted
         self.clock = clock
+        self.crashed = crashed
+        """Tells the middleware of an attempt whose worker died (their ``settled`` hooks)."""
         self.restarts = 0
 
     def worker_exited(
@@ -129,6 +133,8 @@ class Exits:
                     outcome=orphan.outcome.label,
                     error=orphan.outcome.error,
                 )
+                if self.crashed is not None:
+                    self.crashed(claimed, orphan.outcome, job.started)
             case _:
                 self.holdings.drop(claimed.id)
 

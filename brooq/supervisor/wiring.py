@@ -15,6 +15,7 @@ import signal
 
 from brooq import metrics as prom
 from brooq.config import Settings
+from brooq.engine.executor import crashed
 from brooq.logs import event
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.registration import PostgresRegistration
@@ -122,6 +123,12 @@ class Wiring:
             holdings=self.holdings,
             release=self.held.release,
             restarted=lambda reason: self.metrics.restarts.labels(reason=str(reason)).inc(),
+            crashed=lambda claimed, outcome, started: crashed(
+                self.queue.registry,
+                claimed,
+                outcome,
+                started,  # the app in service (reload)
+            ),
         )
         self.maintenance = services.build_maintenance(
             s, self.queue.schedules, store=self.store, writes=self.db.writes, metrics=self.metrics

@@ -72,6 +72,9 @@ EXPECTED_FIGURES = [
     "extras.logs_default.us",
     "extras.metrics.us",
     "extras.title.us",
+    # middleware: none registered, one pass-through
+    "middleware.none.us",
+    "middleware.one.us",
     # a stored result against none
     "results.none.N2",
     "results.dict.N2",
