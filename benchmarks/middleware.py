@@ -128,7 +128,62 @@ def _calls() -> dict[str, Callable[[], object]]:
         "base": job_through(plain),
         "one": job_through(executor(PassThrough())),
     }
+    calls.update(_tracing_calls(executor(), job, write, claimed))
     return calls
+
+
+def _tracing_calls(
+    plain: Any, job: Any, write: Callable[..., Any], claimed: Any
+) -> dict[str, Callable[[], object]]:
+    """The tracing figures' calls (none when the OpenTelemetry SDK is not installed)."""
+    try:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            SimpleSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        from brooq.otel import Tracing
+    except ImportError:
+        return {}
+    from brooq.engine.executor import Executor
+
+    class Drop(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(Drop()))
+    tracing = Tracing(tracer_provider=provider)
+    registry = plain.kinds
+    registry.middleware.add(tracing)
+    traced = Executor(registry)
+    stack = registry.middleware
+    stamped: list[Any] = []
+
+    def keep(jobs: list[Any]) -> Any:
+        stamped[:] = jobs
+        return write(jobs)
+
+    stack.enqueue([job], keep)
+    with_context = _with_trace(claimed, stamped[0].trace_context)
+
+    def enqueue() -> None:
+        stack.enqueue([job], write)
+
+    def run() -> None:
+        executed = traced.run(with_context)
+        traced.settled(executed, executed.outcome, None)
+
+    return {"tracing_enqueue": enqueue, "tracing_run": run}
+
+
+def _with_trace(claimed: Any, carrier: Any) -> Any:
+    """``claimed`` carrying the trace context an enqueue stored."""
+    import dataclasses
+
+    return dataclasses.replace(claimed, trace_context=json.dumps(carrier))
 
 
 def _batch_ns(call: Callable[[], object], n: int) -> int:

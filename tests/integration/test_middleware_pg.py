@@ -73,3 +73,30 @@ def test_asyncio_enqueues_go_through_the_middleware(dsn: str, pg: psycopg.Connec
     asyncio.run(main())
     assert rate_keys(pg) == ["tenant-a", "tenant-b", "tenant-c"]
     assert calls == ["async 1", "async 2", "async 1"]
+
+
+def test_tracing_an_asyncio_bulk_enqueue_stores_the_send_spans_context(
+    dsn: str, pg: psycopg.Connection[Any]
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from brooq.otel import Tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    queue = brooq.Queue(dsn, middleware=[Tracing(provider)])
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as aconn:
+            await queue.enqueue_many_async([Job("report"), Job("report")], conn=aconn)
+            await aconn.commit()
+
+    asyncio.run(main())
+    (send,) = exporter.get_finished_spans()
+    c = send.get_span_context()
+    assert send.name == "send report" and c is not None
+    stored = {r[0]["traceparent"] for r in pg.execute("SELECT trace_context FROM job")}
+    assert stored == {f"00-{c.trace_id:032x}-{c.span_id:016x}-{c.trace_flags:02x}"}
