@@ -27,6 +27,7 @@ from benchmarks import (
     extras,
     idle,
     latency,
+    middleware,
     partitions,
     peers,
     ratelimit,
@@ -62,6 +63,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "cpubound": cpubound.run_round,
     "idle": idle.run_round,
     "extras": extras.run_round,
+    "middleware": middleware.run_round,
     "latency": latency.run_round,
     "claim_cost": claim_cost.run_round,
     "retention": retention.run_round,
@@ -81,6 +83,7 @@ NAMES = [
     "priorities",
     "idle",
     "extras",
+    "middleware",
     "latency",
     "claim_cost",
     "retention",
@@ -108,6 +111,7 @@ def group_order(ctx: Context) -> list[str]:
         cpu.GROUP,
         idle.group(ctx),
         extras.GROUP,
+        middleware.GROUP,
         latency.GROUP,
         claim_cost.GROUP,
         retention.GROUP,
@@ -192,6 +196,14 @@ def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
             "cpu.brooq.workers_cpu",
         )
         for name in ("logs_on", "logs_default", "metrics", "title", "default_total")
+    ]
+    out += [
+        Ratio(
+            f"middleware: {name} / a worker's CPU per job (no-op, N={top})",
+            f"middleware.{name}.us",
+            "cpu.brooq.workers_cpu",
+        )
+        for name in ("none", "one", "tracing")
     ]
     out += [
         Ratio(

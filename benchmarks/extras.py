@@ -71,7 +71,7 @@ def _calls() -> dict[str, Callable[[], object]]:
         datetime.now(UTC) + timedelta(minutes=5),
     )
     executed = executor.run(claimed)
-    options = executor.options(TOPIC)
+    options = executor.options(claimed)
     attempted = Attempted(claimed, executed.outcome, None, 0.0001)
     loud, quiet = LoggingListener(every_job=True), LoggingListener(every_job=False)
     histogram = metrics.duration

@@ -74,6 +74,7 @@ class Sizes:
     idle_seconds: float = 10.0
     idle_poll_interval: str = "1s"
     extras_calls: int = 20_000
+    middleware_calls: int = 20_000
 
     @property
     def max_workers(self) -> int:
@@ -100,6 +101,7 @@ QUICK = Sizes(
     idle_workers=2,
     idle_seconds=1.0,
     extras_calls=2_000,
+    middleware_calls=2_000,
 )
 
 

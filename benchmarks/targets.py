@@ -120,6 +120,13 @@ def targets(sizes: Sizes, cpu_ms: float) -> list[Target]:
             also=True,
         ),
         Target(
+            "no middleware registered: per-job checks / a worker's CPU per job (no-op)",
+            Ratio("", "middleware.none.us", "cpu.brooq.workers_cpu"),
+            "<=",
+            0.01,
+            also=True,
+        ),
+        Target(
             f"no-op drain, {top} workers: supervisor's CPU per job / its workers'",
             Ratio("", f"cpujob.noop.brooq.N{top}.parent", f"cpujob.noop.brooq.N{top}.workers"),
             "<",

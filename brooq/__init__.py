@@ -14,6 +14,7 @@ Public API::
 
 from typing import TYPE_CHECKING, Any
 
+from brooq.engine.middleware import Middleware, Settled
 from brooq.vocabulary import (
     AttemptTimedOut,
     BrooqError,
@@ -93,6 +94,7 @@ __all__ = [
     "KindOptions",
     "Lease",
     "LeaseLost",
+    "Middleware",
     "NeedsDatabase",
     "Parent",
     "PreserveAttempt",
@@ -102,6 +104,7 @@ __all__ = [
     "ResultTimeout",
     "ResultTooLarge",
     "SchemaBehind",
+    "Settled",
     "State",
     "StoreUnavailable",
     "Topic",

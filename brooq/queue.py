@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from brooq.engine.kinds import Handler, Registry
+from brooq.engine.middleware import Middleware
 from brooq.engine.periodic import check_schedule
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
@@ -35,6 +36,7 @@ if TYPE_CHECKING:  # the types of the sources a Queue takes; psycopg itself stay
     from psycopg_pool import ConnectionPool
 
 H = TypeVar("H", bound=Handler)
+M = TypeVar("M", bound=Middleware)
 DRAIN_LEASE = timedelta(minutes=5)
 
 
@@ -62,6 +64,8 @@ class Queue:
     truth for the DSN. Constructing a Queue opens nothing: the first operation
     that needs the database connects (invariant 9). A DSN gets one connection
     used under a lock; give a pool to enqueue from many threads at once.
+    ``middleware`` wraps every enqueue and handler run, the first outermost
+    (:meth:`use` adds more).
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class Queue:
         defaults: KindOptions | None = None,
         pgbouncer: bool = False,
         listen_url: str | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.source = source
         if pgbouncer:
@@ -84,6 +89,8 @@ class Queue:
         self.listen_url = listen_url
         self._code_defaults = defaults or KindOptions()
         self.registry = Registry(defaults) if defaults else Registry()
+        for item in middleware:
+            self.use(item)
         self.schedules: list[Schedule] = []
         self._store: Store | None = None
         if is_database_source(source):
@@ -208,6 +215,21 @@ class Queue:
         self.schedules.append(schedule)
         return schedule
 
+    def use(self, middleware: M) -> M:
+        """Add ``middleware`` (a :class:`brooq.Middleware`) innermost of those added so far,
+        for every enqueue of this queue and every run of its handlers; returns it.
+
+        Add it where the queue is made (the module ``--app`` names), so that the
+        supervisor and every worker process have it.
+        """
+        self.registry.middleware.add(middleware)
+        return middleware
+
+    @property
+    def middleware(self) -> tuple[Middleware, ...]:
+        """The middleware in order, the outermost first."""
+        return self.registry.middleware.all  # type: ignore[return-value]
+
     def register(self, topic: str, handler: Handler, **options: Any) -> None:
         """Register ``handler`` for ``topic`` without a decorator."""
         self.registry.register(topic, handler, KindOptions(**options))
@@ -225,11 +247,11 @@ class Queue:
         self, jobs: Sequence[Job], *, conn: psycopg.Connection[Any] | None = None
     ) -> list[Enqueued]:
         """Enqueue jobs in one round trip; one ``(id, created)`` per job, in order."""
-        jobs = list(jobs)
-        for job in jobs:
-            if not isinstance(job, Job):
-                raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
-        return self.store.enqueue_many(jobs, conn)
+        jobs = _checked(jobs)
+        stack = self.registry.middleware
+        if not stack.by_hook["enqueue"]:
+            return self.store.enqueue_many(jobs, conn)
+        return stack.enqueue(jobs, lambda given: self.store.enqueue_many(_checked(given), conn))
 
     def enqueue_workflow(
         self, workflow: Workflow, conn: psycopg.Connection[Any] | None = None
@@ -246,7 +268,13 @@ class Queue:
             raise TypeError(
                 f"enqueue_workflow takes a brooq.Workflow, not {type(workflow).__name__}"
             )
-        return self.store.enqueue_workflow(workflow, conn)
+        stack = self.registry.middleware
+        if not stack.by_hook["enqueue"]:
+            return self.store.enqueue_workflow(workflow, conn)
+        return stack.enqueue(
+            [handle.job for handle in workflow],
+            lambda jobs: self.store.enqueue_workflow(workflow.with_jobs(jobs), conn),
+        )
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
         """Cancel every job of workflow ``workflow_id`` that has not ended (waiting, pending,
@@ -257,7 +285,22 @@ class Queue:
 
     async def enqueue_async(self, job: Job, *, conn: psycopg.AsyncConnection[Any]) -> Enqueued:
         """Enqueue one job on an asyncio connection, in its open transaction."""
-        return (await self.store.enqueue_many_async([job], conn))[0]
+        return (await self.enqueue_many_async([job], conn=conn))[0]
+
+    async def enqueue_many_async(
+        self, jobs: Sequence[Job], *, conn: psycopg.AsyncConnection[Any]
+    ) -> list[Enqueued]:
+        """Enqueue jobs on an asyncio connection, in its open transaction, in one round trip;
+        one ``(id, created)`` per job, in order."""
+        jobs = _checked(jobs)
+        stack = self.registry.middleware
+        if not stack.by_hook["enqueue_async"]:
+            return await self.store.enqueue_many_async(jobs, conn)
+
+        async def write(given: list[Job]) -> list[Enqueued]:
+            return await self.store.enqueue_many_async(_checked(given), conn)
+
+        return await stack.enqueue_async(jobs, write)
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel a job; True if canceled now, False if already terminal; JobNotFound if unknown.
@@ -329,6 +372,15 @@ class Queue:
             close()
 
 
+def _checked(jobs: Sequence[Job]) -> list[Job]:
+    """``jobs`` as a list; TypeError for anything that is not a Job."""
+    jobs = list(jobs)
+    for job in jobs:
+        if not isinstance(job, Job):
+            raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
+    return jobs
+
+
 async def enqueue_async(
     aconn: psycopg.AsyncConnection[Any],
     job: Job,
@@ -336,7 +388,8 @@ async def enqueue_async(
     notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> Enqueued:
-    """Enqueue one job on an asyncio connection, inside its open transaction."""
+    """Enqueue one job on an asyncio connection, inside its open transaction (no queue:
+    no middleware; ``queue.enqueue_async`` goes through the queue's)."""
     return (
         await enqueue_on_async(aconn, [job], notify=notify, max_payload_bytes=max_payload_bytes)
     )[0]

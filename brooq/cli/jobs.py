@@ -16,7 +16,7 @@ from brooq.config import Settings
 from brooq.engine.inspection import Family, Relative
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.store import PostgresStore
-from brooq.vocabulary import Job, JobRecord, parse_duration, parse_job_id
+from brooq.vocabulary import JOB_OVERRIDES, Job, JobRecord, parse_duration, parse_job_id
 
 
 def register(sub: Any) -> None:
@@ -51,6 +51,25 @@ def register(sub: Any) -> None:
         help="when a parent ends dead or canceled, or does not exist: cancel this job "
         "(default) or run it anyway",
     )
+    overrides = p.add_argument_group(
+        "this job's own options", "override the kind's options for this job only"
+    )
+    # dest job_…: the settings (QUEUE_MAX_ATTEMPTS, …) read every flag named like themselves
+    overrides.add_argument(
+        "--max-attempts", dest="job_max_attempts", metavar="N", help="attempts before it is dead"
+    )
+    for flag, what in (
+        ("--attempt-timeout", "soft limit of one attempt (AttemptTimedOut in the handler)"),
+        ("--max-execution-timeout", "hard limit of one attempt (the supervisor kills it)"),
+        ("--backoff-base", "first retry delay"),
+        ("--backoff-max", "longest retry delay"),
+    ):
+        overrides.add_argument(
+            flag,
+            dest="job_" + flag[2:].replace("-", "_"),
+            metavar="DURATION",
+            help=f"{what}, with units (30s, 2m)",
+        )
     p.set_defaults(func=cmd_enqueue)
     p = sub.add_parser("job", help="show a job's row (its whole fate), its parents and children")
     p.add_argument("id", help="the job's id (a UUID)")
@@ -114,6 +133,16 @@ def read_payload(given: str) -> Any:
         raise UsageError(f"{where} cannot be read: {exc}") from None
 
 
+def max_attempts_of(text: str | None) -> int | None:
+    """``--max-attempts``: a whole number (checked further as a kind's max_attempts is)."""
+    if text is None:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"--max-attempts must be a whole number, got {safe(text)!r}") from None
+
+
 def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     """Enqueue one job; print ``{"id": …, "created": …, "state": …}``."""
     payload = read_payload(args.payload)
@@ -126,6 +155,11 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
         priority=args.priority,
         after=[job_id_of(i) for i in args.after],
         if_parent_fails=args.if_parent_fails,
+        max_attempts=max_attempts_of(args.job_max_attempts),
+        attempt_timeout=args.job_attempt_timeout,
+        max_execution_timeout=args.job_max_execution_timeout,
+        backoff_base=args.job_backoff_base,
+        backoff_max=args.job_backoff_max,
     )
     store = store_for(settings)
     try:
@@ -171,6 +205,9 @@ def job_lines(record: JobRecord) -> list[str]:
     if row["if_parent_fails"] is None:  # a job without parents
         row.pop("if_parent_fails")
         row.pop("parents_left")
+    for name in (*JOB_OVERRIDES, "trace_context"):
+        if row[name] is None:  # the kind's option holds: nothing of the job's own to show
+            row.pop(name)
     trace = row.pop("last_traceback", None)
     if row.get("payload_error") is None:
         row.pop("payload_error", None)  # only a payload Python cannot decode has one
@@ -179,7 +216,7 @@ def job_lines(record: JobRecord) -> list[str]:
     for key, value in row.items():
         shown = (
             json.dumps(value, ensure_ascii=False)
-            if key == "payload" or (key == "result" and value is not None)
+            if key in ("payload", "trace_context") or (key == "result" and value is not None)
             else value
         )
         lines.append(f"{key:<{width}}  {'' if shown is None else safe(shown)}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +20,8 @@ from typing import Any
 
 from brooq.engine.interrupts import InterruptScope
 from brooq.engine.kinds import Kind, Registry
-from brooq.engine.outcome import Outcome, SettleKind, decide, describe_error
+from brooq.engine.middleware import settled_of
+from brooq.engine.outcome import Outcome, SettleKind, WorkerCrashed, decide, describe_error
 from brooq.engine.store import Claimed, PayloadUndecodable
 from brooq.vocabulary import (
     DEFAULT_MAX_RESULT_BYTES,
@@ -49,6 +51,8 @@ class Executed:
     claim: Claim | None
     started: float
     """``time.monotonic()`` when the run began."""
+    error: BaseException | None = None
+    """What the attempt raised (the handler or a middleware), or None."""
 
     @property
     def has_effects(self) -> bool:
@@ -58,6 +62,52 @@ class Executed:
             and self.claim is not None
             and bool(self.claim.chained or self.claim.hooks)
         )
+
+
+def _trace_context(text: str | None) -> dict[str, str] | None:
+    """A claimed job's trace context, decoded (None when it has none, or it is not an
+    object of texts: a row written by hand must not fail the job)."""
+    if text is None:
+        return None
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict):
+        return None
+    return {str(k): str(v) for k, v in decoded.items()}
+
+
+def crashed(kinds: Registry, claimed: Claimed, outcome: Outcome, started: float | None) -> None:
+    """Tell the middleware of an attempt whose worker process died or was killed: in the
+    supervisor, which recorded ``outcome`` (the attempt began at ``started``, monotonic)."""
+    stack = kinds.middleware
+    if not stack.by_hook["settled"]:
+        return
+    options = kinds.job_options(claimed.topic, claimed.overrides)
+    try:
+        payload = claimed.payload
+    except PayloadUndecodable:
+        payload = None
+    claim = Claim(
+        id=claimed.id,
+        topic=claimed.topic,
+        payload=payload,
+        attempt=claimed.attempt,
+        lease=Lease(claimed.ticket.holder, claimed.locked_until),
+        max_attempts=options.max_attempts,
+        expirations=claimed.expirations,
+        trace_context=_trace_context(claimed.trace_context),
+    )
+    error = WorkerCrashed(outcome.error or "the worker process died")
+    began = time.monotonic() if started is None else started
+    stack.settled(
+        claim, settled_of(outcome.label, outcome.state, error, outcome.retry_in, None, began)
+    )
+
+
+class SettleFailed(Exception):
+    """The settle transaction of a done attempt failed (a chain or on_succeeded hook)."""
 
 
 class Executor:
@@ -79,23 +129,25 @@ class Executor:
         self.interrupts = InterruptScope()
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def options(self, topic: str) -> KindOptions:
-        """The complete options of ``topic``, or the defaults for a topic with no handler."""
-        return self.kinds.options(topic) if topic in self.kinds else self.kinds.defaults
+    def options(self, claimed: Claimed) -> KindOptions:
+        """The complete options of a claimed job: its kind's (the defaults for a topic with
+        no handler), with the overrides the job carries."""
+        return self.kinds.job_options(claimed.topic, claimed.overrides)
 
     def run(self, claimed: Claimed) -> Executed:
         """Decode the payload, call the handler, decide; never raises for the job's faults."""
         started = time.monotonic()
-        options = self.options(claimed.topic)
+        options = self.options(claimed)
         try:
             kind = self.kinds.get(claimed.topic)
             payload = claimed.payload
         except KindNotRegistered as exc:
-            return Executed(claimed, decide(exc, claimed.attempt, options), options, None, started)
+            outcome = decide(exc, claimed.attempt, options)
+            return Executed(claimed, outcome, options, None, started, exc)
         except PayloadUndecodable as exc:
             # Running it again cannot help: the same bytes fail the same way.
             dead = Outcome(SettleKind.DEAD, "dead", error=describe_error(exc))
-            return Executed(claimed, dead, options, None, started)
+            return Executed(claimed, dead, options, None, started, exc)
         claim = self._claim(claimed, payload, options)
         error, result = self._call(kind, claim, options.attempt_timeout)
         if error is None:
@@ -112,7 +164,28 @@ class Executor:
                 exc_info=error,
                 extra={"job_id": claimed.id, "topic": claimed.topic, "attempt": claimed.attempt},
             )
-        return Executed(claimed, outcome, options, claim, started)
+        return Executed(claimed, outcome, options, claim, started, error)
+
+    def settled(self, executed: Executed, outcome: Outcome, written: bool | None) -> None:
+        """Tell the middleware how the attempt ended (``outcome`` as written: a settle with
+        effects may have turned done into a failure); nothing when none listens."""
+        stack = self.kinds.middleware
+        if not stack.by_hook["settled"] or executed.claim is None:
+            return
+        error = executed.error
+        if outcome is not executed.outcome and error is None:
+            error = SettleFailed(outcome.error or "the settle transaction failed")
+        stack.settled(
+            executed.claim,
+            settled_of(
+                outcome.label,
+                outcome.state,
+                error,
+                outcome.retry_in,
+                written,
+                executed.started,
+            ),
+        )
 
     def _claim(self, claimed: Claimed, payload: Any, options: KindOptions) -> Claim:
         timeout = options.attempt_timeout
@@ -125,6 +198,7 @@ class Executor:
             deadline=datetime.now(UTC) + timeout if timeout else None,
             max_attempts=options.max_attempts,
             expirations=claimed.expirations,
+            trace_context=_trace_context(claimed.trace_context),
             _read_parents=functools.partial(self.parents, claimed.id) if self.parents else None,
         )
 
@@ -136,9 +210,12 @@ class Executor:
         # (SystemExit, KeyboardInterrupt): a handler cannot stop the worker.
         try:
             with self.interrupts.attempt(timeout):
-                result = kind.handler(claim)
-                if isinstance(result, Awaitable):
-                    result = self._await(result)
+                if self.kinds.middleware:
+                    result = self._through_middleware(kind, claim)
+                else:
+                    result = kind.handler(claim)
+                    if isinstance(result, Awaitable):
+                        result = self._await(result)
         except BaseException as exc:
             return exc, None
         fired = self.interrupts.fired
@@ -147,6 +224,19 @@ class Executor:
             # timed out, or its result still cannot be written.
             return fired(f"{fired.reason} (the handler caught the interrupt and returned)"), None
         return None, result
+
+    def _through_middleware(self, kind: Kind, claim: Claim) -> Any:
+        """The handler's run inside every ``run`` hook (and, for an async handler, inside
+        every ``run_async`` hook, in its event loop)."""
+        stack = self.kinds.middleware
+
+        def handler(c: Claim) -> Any:
+            if stack.by_hook["run_async"] and kind.is_async:
+                return self._await(stack.run_async(c, kind.handler))
+            result = kind.handler(c)
+            return self._await(result) if isinstance(result, Awaitable) else result
+
+        return stack.run(claim, handler) if stack.by_hook["run"] else handler(claim)
 
     def _await(self, awaitable: Awaitable[Any]) -> Any:
         if self._loop is None or self._loop.is_closed():

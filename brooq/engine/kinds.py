@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from brooq.engine.middleware import MiddlewareStack
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
     Claim,
@@ -43,6 +44,8 @@ class Registry:
         self._defaults = defaults.with_defaults(BUILTIN_KIND_DEFAULTS)
         self._complete: dict[str, KindOptions] = {}
         """Each topic's options completed with the defaults (asked for on every job)."""
+        self.middleware = MiddlewareStack()
+        """What wraps every enqueue and every run of a handler (``queue.use``)."""
 
     @property
     def defaults(self) -> KindOptions:
@@ -82,6 +85,12 @@ class Registry:
         if complete is None:
             complete = self._complete[topic] = self.get(topic).options.with_defaults(self._defaults)
         return complete
+
+    def job_options(self, topic: str, overrides: KindOptions | None = None) -> KindOptions:
+        """The complete options of one job of ``topic``: its kind's (the defaults for a topic
+        with no handler here), with the ``overrides`` the job sets for itself."""
+        kind = self.options(topic) if topic in self._kinds else self._defaults
+        return kind.overridden_by(overrides)
 
     def rates(self) -> dict[str, RateLimit]:
         """The rate limit of every topic that has one (its claims spend its tokens)."""

@@ -118,9 +118,10 @@ class SlotRunner:
     def execute(self, claimed: Claimed) -> Attempted:
         """Run the handler of an already claimed job and settle its outcome."""
         if self.listener and claimed.topic in self.kinds:
-            self.listener.claimed(claimed, self.executor.options(claimed.topic))
+            self.listener.claimed(claimed, self.executor.options(claimed))
         executed = self.executor.run(claimed)
         outcome, written = settle_executed(self.store, executed)
+        self.executor.settled(executed, outcome, written)
         attempted = Attempted(claimed, outcome, written, time.monotonic() - executed.started)
         if self.listener:
             self.listener.settled(attempted)

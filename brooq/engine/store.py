@@ -16,6 +16,7 @@ from brooq.vocabulary import (
     Enqueued,
     Job,
     JobRecord,
+    KindOptions,
     Parent,
     RateLimit,
     Schedule,
@@ -61,6 +62,10 @@ class Claimed:
     expirations: int = 0
     priority: int = 0
     available_at: datetime | None = None
+    overrides: KindOptions | None = None
+    """The kind options the job sets for itself (``Job(max_attempts=…)``), or None."""
+    trace_context: str | None = None
+    """The trace context its enqueue stored, as JSON text (decoded where it runs), or None."""
 
     @property
     def id(self) -> str:

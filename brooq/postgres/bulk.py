@@ -40,14 +40,19 @@ _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 
 
 def copyable(jobs: Sequence[Job]) -> bool:
-    """True when ``jobs`` are written with COPY: enough of them, none with an idempotency key
-    or parents, and either all or none with their own ``available_at`` (a job without one
-    is ready at the database's ``now()``, which COPY's data cannot say)."""
+    """True when ``jobs`` are written with COPY: enough of them, none with an idempotency key,
+    parents, overrides of its kind's options or a trace context (columns COPY does not
+    write), and either all or none with their own ``available_at`` (a job without one is
+    ready at the database's ``now()``, which COPY's data cannot say)."""
     if len(jobs) < COPY_MIN_JOBS:
         return False
     delayed = jobs[0].available_at is not None
     return all(
-        job.idempotency_key is None and not job.after and (job.available_at is not None) == delayed
+        job.idempotency_key is None
+        and not job.after
+        and job.overrides is None
+        and job.trace_context is None
+        and (job.available_at is not None) == delayed
         for job in jobs
     )
 

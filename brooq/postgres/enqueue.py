@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Generator, Sequence
+from datetime import timedelta
 from typing import Any, Protocol
 
 import psycopg
@@ -22,6 +23,7 @@ from brooq.postgres.bulk import CopyBatch, copy_on, copy_on_async, copyable
 from brooq.postgres.sql import sql
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
+    JOB_OVERRIDES,
     EnqueueConflict,
     Enqueued,
     Job,
@@ -82,6 +84,7 @@ class PreparedBatch:
             "priority": job.priority,
             "rate_key": job.rate_key,
             "notify": notify,
+            **control_params(job),
         }
 
     def params_many(self, which: Sequence[int], notify: bool) -> dict[str, Any]:
@@ -96,7 +99,8 @@ class PreparedBatch:
             at = dumps(job.available_at.isoformat()) if job.available_at else "null"
             rows.append(
                 f'{{"id":"{self.ids[i]}","topic":{topic},"payload":{self.payloads[i]},'
-                f'"key":{key},"at":{at},"priority":{job.priority}{_rate_key_field(job)}}}'
+                f'"key":{key},"at":{at},"priority":{job.priority}{_rate_key_field(job)}'
+                f"{control_fields(job)}}}"
             )
         return {"jobs": "[" + ",".join(rows) + "]", "notify": notify}
 
@@ -189,6 +193,39 @@ def _settle(
 def _rate_key_field(job: Job) -> str:
     """The job's rate_key as a field of its JSON object (none when it has no key)."""
     return "" if job.rate_key is None else f',"rate_key":{json.dumps(job.rate_key)}'
+
+
+_US = timedelta(microseconds=1)
+
+
+def control_params(job: Job) -> dict[str, Any]:
+    """The job's overrides and trace context as one statement's named parameters."""
+    trace = job.trace_context
+    return {
+        "max_attempts": job.max_attempts,
+        "attempt_timeout": job.attempt_timeout,
+        "max_execution_timeout": job.max_execution_timeout,
+        "backoff_base": job.backoff_base,
+        "backoff_max": job.backoff_max,
+        "trace_context": None if trace is None else json.dumps(trace, ensure_ascii=False),
+    }
+
+
+def control_fields(job: Job) -> str:
+    """The job's overrides and trace context as fields of its JSON input object (none for a
+    job that has neither: most jobs). Durations go as exact microseconds."""
+    if job.overrides is None and job.trace_context is None:
+        return ""
+    out = ""
+    for name in JOB_OVERRIDES:
+        value = getattr(job, name)
+        if isinstance(value, timedelta):
+            out += f',"{name}":"{value // _US} microseconds"'
+        elif value is not None:
+            out += f',"{name}":{int(value)}'
+    if job.trace_context is not None:
+        out += f',"trace_context":{json.dumps(job.trace_context, ensure_ascii=False)}'
+    return out
 
 
 def steps_for(jobs: Sequence[Job], notify: bool, max_payload_bytes: int) -> Steps:

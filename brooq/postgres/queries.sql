@@ -21,8 +21,27 @@ state = 'processing', locked_by = %(holder)s, locked_until = now() + %(lease)s,
 
 -- fragment: claimed_columns
 -- What a claim returns. The payload stays text: it is decoded where the handler runs.
+-- Then the job's own overrides of its kind's options and its trace context (NULL for
+-- most jobs): the worker and the watchdog apply them.
 id, topic, payload::text AS payload, attempts, expirations, locked_until, priority,
-    available_at
+    available_at, max_attempts, attempt_timeout, max_execution_timeout, backoff_base,
+    backoff_max, trace_context::text AS trace_context
+
+-- fragment: control_columns
+-- A job's overrides of its kind's options and the trace context of its enqueue, as an
+-- INSERT names them (and an enqueue's JSON input row holds them).
+max_attempts, attempt_timeout, max_execution_timeout, backoff_base, backoff_max,
+    trace_context
+
+-- fragment: control_params
+-- The same, as one job's named parameters.
+%(max_attempts)s::int, %(attempt_timeout)s::interval, %(max_execution_timeout)s::interval,
+    %(backoff_base)s::interval, %(backoff_max)s::interval, %(trace_context)s::jsonb
+
+-- fragment: controls_input
+-- The types of control_columns in an enqueue's JSON input (absent fields are NULL).
+max_attempts int, attempt_timeout interval, max_execution_timeout interval,
+    backoff_base interval, backoff_max interval, trace_context jsonb
 
 -- fragment: held
 -- The fence of every write about one attempt: still processing, same holder, same attempt.
@@ -174,10 +193,11 @@ WITH keyed AS (
     ON CONFLICT (topic, idempotency_key) DO NOTHING
     RETURNING job_id
 ), inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key)
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
+                     {{control_columns}})
     SELECT %(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
            COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
-           %(rate_key)s::text
+           %(rate_key)s::text, {{control_params}}
     WHERE %(key)s::text IS NULL OR EXISTS (SELECT FROM keyed)
     RETURNING id, topic
 ), notified AS (
@@ -196,16 +216,17 @@ WHERE held.topic = %(topic)s::text AND held.idempotency_key = %(key)s::text
 WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
         AS input(id uuid, topic text, payload jsonb, key text, at timestamptz, priority smallint,
-                 rate_key text)
+                 rate_key text, {{controls_input}})
 ), keyed AS (
     INSERT INTO job_key (topic, idempotency_key, job_id)
     SELECT topic, key, id FROM input WHERE key IS NOT NULL
     ON CONFLICT (topic, idempotency_key) DO NOTHING
     RETURNING job_id
 ), inserted AS (
-    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key)
+    INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
+                     {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           rate_key
+           rate_key, {{control_columns}}
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic
@@ -226,10 +247,10 @@ JOIN (SELECT DISTINCT topic, key FROM input
 -- statement that reads the partitioned job would lock every partition of it each time).
 -- Ids come back as text: what the caller keeps, without parsing a uuid for each.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, available_at, priority, rate_key)
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, {{control_columns}})
     VALUES (%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb,
             COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
-            %(rate_key)s::text)
+            %(rate_key)s::text, {{control_params}})
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
@@ -241,11 +262,12 @@ SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM insert
 -- Many jobs without idempotency keys, from one JSON array as enqueue_many: no key to write
 -- or look up.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, available_at, priority, rate_key)
-    SELECT id, topic, COALESCE(payload, 'null'::jsonb), COALESCE(at, now()), priority, rate_key
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, {{control_columns}})
+    SELECT id, topic, COALESCE(payload, 'null'::jsonb), COALESCE(at, now()), priority, rate_key,
+           {{control_columns}}
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
         AS input(id uuid, topic text, payload jsonb, at timestamptz, priority smallint,
-                 rate_key text)
+                 rate_key text, {{controls_input}})
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM (SELECT DISTINCT topic FROM inserted) t
@@ -663,7 +685,8 @@ SELECT id FROM canceled
 SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry_streak,
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
        last_traceback, created_at, updated_at, result::text AS result, rate_key, workflow_id,
-       parents_left, if_parent_fails
+       parents_left, if_parent_fails, max_attempts, attempt_timeout, max_execution_timeout,
+       backoff_base, backoff_max, trace_context
 FROM job
 WHERE id = %(id)s
 
@@ -1024,7 +1047,7 @@ WITH input AS (
     SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb)
         AS input(id uuid, topic text, payload jsonb, key text, at timestamptz,
                  priority smallint, rate_key text, state text, workflow uuid, policy text,
-                 parents_left int, error text)
+                 parents_left int, error text, {{controls_input}})
 ), keyed AS (
     INSERT INTO job_key (topic, idempotency_key, job_id)
     SELECT topic, key, id FROM input WHERE key IS NOT NULL
@@ -1032,9 +1055,10 @@ WITH input AS (
     RETURNING job_id
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
-                     state, workflow_id, if_parent_fails, parents_left, last_error)
+                     state, workflow_id, if_parent_fails, parents_left, last_error,
+                     {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           rate_key, state, workflow, policy, parents_left, error
+           rate_key, state, workflow, policy, parents_left, error, {{control_columns}}
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic, state

@@ -20,7 +20,8 @@ from psycopg_pool import ConnectionPool
 from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed, Ticket, TopicCount
 from brooq.postgres.dsn import dsn_passwords, scrub
-from brooq.vocabulary import JobRecord, State, decode_stored_payload
+from brooq.vocabulary import JobRecord, KindOptions, State, decode_stored_payload
+from brooq.vocabulary.options import stored_overrides
 from brooq.vocabulary.secrets import scrub_json
 
 Row = tuple[Any, ...]
@@ -46,30 +47,33 @@ def record(row: Mapping[str, Any]) -> JobRecord:
 
 
 def claimed_rows(rows: Iterable[Row], holder: str) -> list[Claimed]:
-    """The claims of a claim statement's rows, in claim order (best first)."""
+    """The claims of a claim statement's rows, in claim order (best first).
+
+    A row holds the columns of ``claimed_columns``: eight, then the job's overrides and
+    trace context (six more); a row of the eight alone claims a job without them.
+    """
     # RETURNING does not keep the ORDER BY of the subquery: restore the claim order.
     ordered = sorted(rows, key=lambda r: (-r[6], r[7], str(r[0])))
     return [
         Claimed(
-            Ticket(str(job_id), holder, attempts),
-            topic,
-            payload,
-            locked_until,
-            expirations,
-            priority,
-            available_at,
+            Ticket(str(r[0]), holder, r[3]),
+            r[1],
+            r[2],
+            r[5],
+            r[4],
+            r[6],
+            r[7],
+            *_controls(r),
         )
-        for (
-            job_id,
-            topic,
-            payload,
-            attempts,
-            expirations,
-            locked_until,
-            priority,
-            available_at,
-        ) in ordered
+        for r in ordered
     ]
+
+
+def _controls(row: Row) -> tuple[KindOptions | None, str | None]:
+    """A claimed row's overrides (None: it has none) and trace context (JSON text)."""
+    if len(row) < 14:
+        return None, None
+    return stored_overrides(row[8:13]), row[13]
 
 
 def passwords_of(source: str | ConnectionPool | psycopg.Connection[Any]) -> list[str]:

@@ -15,7 +15,14 @@ from brooq.engine.edges import MISSING_PARENT_GRACE, Planned, enqueued_twice, ou
 from brooq.engine.inspection import Family, Relative
 from brooq.engine.outcome import clean_reason
 from brooq.postgres.connect import Connector
-from brooq.postgres.enqueue import Statement, Steps, enqueue_steps, keys_of, run_steps
+from brooq.postgres.enqueue import (
+    Statement,
+    Steps,
+    control_fields,
+    enqueue_steps,
+    keys_of,
+    run_steps,
+)
 from brooq.postgres.sql import sql
 from brooq.postgres.upkeep import retrying
 from brooq.vocabulary import (
@@ -71,7 +78,10 @@ class GraphBatch:
                 "error": p.reason,
             }
             payload = encode_payload(job.payload, max_bytes=max_payload_bytes)
-            self.rows.append(dumps(fields, ensure_ascii=False)[:-1] + f',"payload":{payload}}}')
+            self.rows.append(
+                dumps(fields, ensure_ascii=False)[:-1]
+                + f',"payload":{payload}{control_fields(job)}}}'
+            )
         self.edges = dumps(
             [
                 {"parent_id": parent, "child_id": p.id, "parent_state": end}

@@ -18,6 +18,7 @@ renewed, even when the parent is stopped (leasewatch.py).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -265,7 +266,7 @@ class Worker:
         if self.watch is not None and (left := self.watch.too_late(time.monotonic())) is not None:
             self.lease_ending(claimed, "skip", left)
             return protocol.Finished(self.current, claimed.ticket, ABANDONED, 0.0)
-        options = self.executor.options(claimed.topic)
+        options = self.executor.options(claimed)
         osproc.title(
             f"brooq worker {self.config.slot}: {claimed.topic} job {claimed.id} "
             f"attempt {claimed.attempt}"
@@ -279,6 +280,7 @@ class Worker:
         outcome, written = executed.outcome, None
         if executed.has_effects:
             outcome, written = self.settle_here(executed)
+        self.executor.settled(executed, outcome, written)
         duration = time.monotonic() - executed.started
         self.log.settled(Attempted(claimed, outcome, written, duration))
         if self.metrics:
@@ -392,5 +394,8 @@ def worker_main(
     except BaseException:
         traceback.print_exc()
     finally:
+        # os._exit skips atexit: what a middleware buffers (spans) is flushed here.
+        with contextlib.suppress(BaseException):
+            queue.registry.middleware.process_exit()
         osproc.flush_stdio()  # what a handler printed must reach the log: _exit skips it
         os._exit(code)

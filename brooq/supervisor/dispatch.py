@@ -248,13 +248,14 @@ class Dispatcher:
         )
         return max(0, 1 + ahead - len(child.queue))
 
-    def options(self, topic: str) -> KindOptions:
-        """The complete options of ``topic`` (the defaults for a topic with no handler)."""
-        return self.kinds.options(topic) if topic in self.kinds else self.kinds.defaults
+    def options(self, claimed: Claimed) -> KindOptions:
+        """The complete options of a claimed job: its kind's (the defaults for a topic with
+        no handler), with the overrides the job carries."""
+        return self.kinds.job_options(claimed.topic, claimed.overrides)
 
     def running(self, claimed: Claimed, seq: int, now: float) -> Running:
         """The record of a job going out to a worker, with the watchdog's limits."""
-        options = self.options(claimed.topic)
+        options = self.options(claimed)
         grace = (
             options.watchdog_grace.total_seconds()
             if options.watchdog_grace

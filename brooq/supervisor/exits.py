@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 from brooq import osproc
+from brooq.engine.outcome import Outcome
 from brooq.engine.store import Claimed
 from brooq.logs import event
 from brooq.supervisor import orphans
@@ -41,19 +42,22 @@ class Exits:
     def __init__(
         self,
         *,
-        options: Callable[[str], KindOptions],
+        options: Callable[[Claimed], KindOptions],
         completer: Completer,
         producer: Producer,
         holdings: Holdings,
         release: Release,
         restarted: Callable[[Exit], None],
         lease_s: float = 0.0,
+        crashed: Callable[[Claimed, Outcome, float | None], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.options, self.completer, self.producer = options, completer, producer
         self.holdings, self.release, self.restarted = holdings, release, restarted
         self.lease_s = lease_s
         self.clock = clock
+        self.crashed = crashed
+        """Tells the middleware of an attempt whose worker died (their ``settled`` hooks)."""
         self.restarts = 0
 
     def worker_exited(
@@ -120,7 +124,7 @@ class Exits:
     ) -> None:
         """Carry out the orphans service's decision about the job ``child`` was running."""
         claimed = job.claimed
-        options = self.options(claimed.topic)
+        options = self.options(claimed)
         orphan = orphans.decide_orphan(child, job, status, how, options, lease_ended)
         match orphan.fate:
             case orphans.Fate.RELEASE:
@@ -139,6 +143,8 @@ class Exits:
                     outcome=orphan.outcome.label,
                     error=orphan.outcome.error,
                 )
+                if self.crashed is not None:
+                    self.crashed(claimed, orphan.outcome, job.started)
             case _:
                 self.holdings.drop(claimed.id)
 

@@ -23,6 +23,8 @@ from datetime import UTC, datetime, timedelta
 
 from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed, Ticket
+from brooq.vocabulary import JOB_OVERRIDES, KindOptions
+from brooq.vocabulary.options import stored_overrides
 
 MAX_FRAME = 64 * 1024 * 1024
 """The largest message between parent and worker; a payload must fit in it with room to spare
@@ -80,9 +82,14 @@ Message = Booted | Assign | Stop | Finished
 
 
 # Frames are binary: a struct head of fixed fields, then the texts, each with its length.
-_ASSIGN = struct.Struct(">cQiidHHH")
-"""A, seq, attempt, expirations, locked_until (POSIX seconds), len(id), len(holder), len(topic);
-then the id, the holder, the topic and, to the end of the frame, the payload."""
+_ASSIGN = struct.Struct(">cQiidHHHBH")
+"""A, seq, attempt, expirations, locked_until (POSIX seconds), len(id), len(holder), len(topic),
+whether overrides follow, len(trace context) (the NONE length: None); then the overrides
+(_OVERRIDES) when they do, the id, the holder, the topic, the trace context and, to the end of
+the frame, the payload."""
+_OVERRIDES = struct.Struct(">idddd")
+"""A job's own max_attempts (0: none) and its four durations in seconds (NaN: none)."""
+_DURATIONS = JOB_OVERRIDES[1:]
 _FINISHED = struct.Struct(">cQidbBBdHHHHIII")
 """F, seq, attempt, duration, written (-1 None), kind, refund, retry_in (NaN: none), len(id),
 len(holder), len(label), len(leaving), len(error), len(traceback), len(result) (the NONE
@@ -102,6 +109,7 @@ def _bytes(text: str | None, none: int) -> tuple[bytes, int]:
 
 def _encode_assign(seq: int, c: Claimed) -> bytes:
     texts = [c.id.encode(), c.ticket.holder.encode(*_TEXT), c.topic.encode(*_TEXT)]
+    trace, trace_length = _bytes(c.trace_context, _NONE16)
     head = _ASSIGN.pack(
         b"A",
         seq,
@@ -109,8 +117,25 @@ def _encode_assign(seq: int, c: Claimed) -> bytes:
         c.expirations,
         c.locked_until.timestamp(),
         *(len(t) for t in texts),
+        c.overrides is not None,
+        trace_length,
     )
-    return b"".join([head, *texts, c.payload_text.encode(*_TEXT)])
+    overrides = b"" if c.overrides is None else _encode_overrides(c.overrides)
+    return b"".join([head, overrides, *texts, trace, c.payload_text.encode(*_TEXT)])
+
+
+def _encode_overrides(o: KindOptions) -> bytes:
+    durations = (getattr(o, name) for name in _DURATIONS)
+    return _OVERRIDES.pack(
+        o.max_attempts or 0, *(math.nan if d is None else d.total_seconds() for d in durations)
+    )
+
+
+def _decode_overrides(data: bytes, at: int) -> KindOptions:
+    max_attempts, *seconds = _OVERRIDES.unpack_from(data, at)
+    return stored_overrides(
+        [max_attempts or None, *(None if math.isnan(s) else timedelta(seconds=s) for s in seconds)]
+    )  # type: ignore[return-value]  # a frame carries overrides only when one is set
 
 
 def _encode_finished(msg: Finished) -> bytes:
@@ -175,15 +200,23 @@ class _Texts:
 
 
 def _decode_assign(data: bytes) -> Assign:
-    _, seq, attempt, expirations, until, *lengths = _ASSIGN.unpack_from(data)
-    texts = _Texts(data, _ASSIGN.size)
+    _, seq, attempt, expirations, until, *lengths, has_overrides, trace = _ASSIGN.unpack_from(data)
+    at = _ASSIGN.size
+    overrides = None
+    if has_overrides:
+        overrides = _decode_overrides(data, at)
+        at += _OVERRIDES.size
+    texts = _Texts(data, at)
     job_id, holder, topic = (str(texts.next(n)) for n in lengths)
+    trace_context = texts.next(trace, _NONE16)
     claimed = Claimed(
         Ticket(job_id, holder, attempt),
         topic,
         texts.rest(),
         datetime.fromtimestamp(until, UTC),
         expirations,
+        overrides=overrides,
+        trace_context=trace_context,
     )
     return Assign(seq, claimed)
 

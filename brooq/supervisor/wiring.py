@@ -15,6 +15,7 @@ import signal
 
 from brooq import metrics as prom
 from brooq.config import Settings
+from brooq.engine.executor import crashed
 from brooq.logs import event
 from brooq.postgres.inspection import PostgresInspection
 from brooq.postgres.registration import PostgresRegistration
@@ -128,6 +129,12 @@ class Wiring:
             release=self.held.release,
             restarted=lambda reason: self.metrics.restarts.labels(reason=str(reason)).inc(),
             lease_s=s.lease.total_seconds(),
+            crashed=lambda claimed, outcome, started: crashed(
+                self.queue.registry,
+                claimed,
+                outcome,
+                started,  # the app in service (reload)
+            ),
         )
         self.maintenance = services.build_maintenance(
             s, self.queue.schedules, store=self.store, writes=self.db.writes, metrics=self.metrics

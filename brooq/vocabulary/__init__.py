@@ -32,7 +32,7 @@ from brooq.vocabulary.handler_signals import (
 from brooq.vocabulary.holder import holder_host, holder_id
 from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
-from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, KindOptions
+from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, JOB_OVERRIDES, KindOptions
 from brooq.vocabulary.parents import IF_PARENT_FAILS, HasJobId, IfParentFails, Parent
 from brooq.vocabulary.payload import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -64,6 +64,7 @@ __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
     "IF_PARENT_FAILS",
+    "JOB_OVERRIDES",
     "MAX_RATE_COUNT",
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",

@@ -35,7 +35,8 @@ class Claim:
     with :meth:`chain` and hooks added with :meth:`on_succeeded` run in the
     transaction that settles this job ``done``, and only then: if that
     transaction fails, they roll back with it. :attr:`parents` reads the
-    jobs it was enqueued after.
+    jobs it was enqueued after. ``max_attempts`` and ``deadline`` follow the
+    job's own overrides where it has them.
     """
 
     id: str
@@ -46,6 +47,8 @@ class Claim:
     deadline: datetime | None = None
     max_attempts: int | None = None
     expirations: int = 0
+    trace_context: Mapping[str, str] | None = None
+    """The trace context its enqueue stored (``Job.trace_context``), or None."""
     _chained: list[Job] = field(default_factory=list, repr=False)
     _hooks: list[SettleHook] = field(default_factory=list, repr=False)
     _read_parents: ParentsReader | None = field(default=None, repr=False)

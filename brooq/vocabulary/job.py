@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from brooq.vocabulary.errors import InvalidJob
+from brooq.vocabulary.durations import format_duration
+from brooq.vocabulary.errors import InvalidJob, InvalidKindOptions
+from brooq.vocabulary.options import (
+    JOB_OVERRIDES,
+    DurationLike,
+    KindOptions,
+    job_overrides,
+    stored_overrides,
+)
 from brooq.vocabulary.parents import HasJobId, IfParentFails, check_policy, parent_ids
 from brooq.vocabulary.state import State
 from brooq.vocabulary.topic import Topic
@@ -15,6 +24,9 @@ from brooq.vocabulary.topic import Topic
 IDEMPOTENCY_KEY_MAX_LENGTH = 512
 PRIORITY_RANGE = range(-32768, 32768)
 _set = object.__setattr__  # a frozen dataclass sets its own fields this way
+TRACE_CONTEXT_MAX_CHARS = 4096
+"""The longest trace context a job carries, as JSON (W3C traceparent and tracestate take
+under 600)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +43,16 @@ class Job:
     enqueue returned) makes it wait, in state ``waiting``, until every one of
     those jobs (its parents) has ended; ``if_parent_fails`` says what then
     happens when one of them ended ``dead`` or ``canceled``, or does not exist:
-    ``"cancel"`` (the default) cancels it, ``"run"`` runs it anyway. Invalid
-    values raise :class:`InvalidJob` or ``InvalidTopic`` here, before
-    anything is written.
+    ``"cancel"`` (the default) cancels it, ``"run"`` runs it anyway.
+
+    ``max_attempts``, ``attempt_timeout``, ``max_execution_timeout``,
+    ``backoff_base`` and ``backoff_max`` (None: the kind's) override the kind's
+    options for this job alone; they are checked as a kind's options are
+    (durations: a timedelta, seconds, or text with units such as ``"10s"``).
+    ``trace_context`` is a propagation carrier (``{"traceparent": …}``, text
+    to text) stored with the job, outside its payload; brooq's tracing
+    middleware writes and reads it. Invalid values raise :class:`InvalidJob`
+    or ``InvalidTopic`` here, before anything is written.
     """
 
     topic: str
@@ -44,7 +63,34 @@ class Job:
     rate_key: str | None = None
     after: Sequence[str | HasJobId] = ()
     if_parent_fails: IfParentFails = "cancel"
+    max_attempts: int | None = None
+    attempt_timeout: timedelta | None = None
+    max_execution_timeout: timedelta | None = None
+    backoff_base: timedelta | None = None
+    backoff_max: timedelta | None = None
+    trace_context: Mapping[str, str] | None = None
     _topic: Topic = field(init=False, repr=False, compare=False)
+    _overrides: KindOptions | None = field(init=False, repr=False, compare=False, default=None)
+
+    if TYPE_CHECKING:  # what the constructor accepts; the fields always hold timedeltas
+
+        def __init__(
+            self,
+            topic: str,
+            payload: Any = None,
+            idempotency_key: str | None = None,
+            available_at: datetime | None = None,
+            priority: int = 0,
+            rate_key: str | None = None,
+            after: Sequence[str | HasJobId] = (),
+            if_parent_fails: IfParentFails = "cancel",
+            max_attempts: int | None = None,
+            attempt_timeout: DurationLike | None = None,
+            max_execution_timeout: DurationLike | None = None,
+            backoff_base: DurationLike | None = None,
+            backoff_max: DurationLike | None = None,
+            trace_context: Mapping[str, str] | None = None,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         # Written for speed as well as checking (a bulk enqueue makes thousands a second);
@@ -75,6 +121,39 @@ class Job:
                 raise InvalidJob(
                     "available_at must be timezone-aware, e.g. datetime.now(timezone.utc)"
                 )
+        if (
+            self.max_attempts is not None
+            or self.attempt_timeout is not None
+            or self.max_execution_timeout is not None
+            or self.backoff_base is not None
+            or self.backoff_max is not None
+        ):
+            self._check_overrides()
+        if self.trace_context is not None:
+            object.__setattr__(self, "trace_context", _trace_context(self.trace_context))
+
+    def _check_overrides(self) -> None:
+        """Check the overrides as a kind's options are checked, and keep them coerced."""
+        try:
+            overrides = job_overrides(**{name: getattr(self, name) for name in JOB_OVERRIDES})
+        except InvalidKindOptions as exc:
+            raise InvalidJob(str(exc)) from None
+        object.__setattr__(self, "_overrides", overrides)
+        for name in JOB_OVERRIDES:
+            object.__setattr__(self, name, getattr(overrides, name))
+
+    @property
+    def overrides(self) -> KindOptions | None:
+        """The kind options this job sets for itself (None: it sets none)."""
+        return self._overrides
+
+    def controls(self) -> dict[str, Any]:
+        """Its overrides and trace context, as the fields of the JobRecord that stores it."""
+        trace = self.trace_context
+        return {
+            **{name: getattr(self, name) for name in JOB_OVERRIDES},
+            "trace_context": None if trace is None else dict(trace),
+        }
 
     @property
     def after_ids(self) -> tuple[str, ...]:
@@ -156,6 +235,19 @@ class JobRecord:
     """How many of its parents have not ended (what a ``waiting`` job waits for)."""
     if_parent_fails: str | None = None
     """The policy of a job with parents (``cancel`` or ``run``); None for a job without."""
+    max_attempts: int | None = None
+    """The job's own max_attempts (None: its kind's); so for the four below."""
+    attempt_timeout: timedelta | None = None
+    max_execution_timeout: timedelta | None = None
+    backoff_base: timedelta | None = None
+    backoff_max: timedelta | None = None
+    trace_context: dict[str, str] | None = None
+    """The trace context its enqueue stored (tracing middleware), or None."""
+
+    @property
+    def overrides(self) -> KindOptions | None:
+        """The kind options this job sets for itself (None: it sets none)."""
+        return stored_overrides([getattr(self, name) for name in JOB_OVERRIDES])
 
     @property
     def charged_attempts(self) -> int:
@@ -167,9 +259,37 @@ class JobRecord:
         out: dict[str, Any] = {}
         for name in self.__slots__:
             value = getattr(self, name)
-            out[name] = value.isoformat() if isinstance(value, datetime) else value
+            if isinstance(value, datetime):
+                value = value.isoformat()
+            elif isinstance(value, timedelta):
+                value = format_duration(value)
+            out[name] = value
         out["state"] = str(self.state)
         return out
+
+
+def _trace_context(carrier: object) -> dict[str, str]:
+    """A trace context as stored: text keys to text values, bounded (InvalidJob otherwise)."""
+    if not isinstance(carrier, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in carrier.items()
+    ):
+        raise InvalidJob(
+            "trace_context must map text to text, like {'traceparent': '00-…'}, "
+            f"not {carrier!r:.80}"
+        )
+    out = dict(carrier)
+    size = len(json.dumps(out, ensure_ascii=False))
+    if size > TRACE_CONTEXT_MAX_CHARS:
+        raise InvalidJob(
+            f"trace_context is {size} characters as JSON, above the limit of "
+            f"{TRACE_CONTEXT_MAX_CHARS}; carry only the propagation headers"
+        )
+    for key, value in out.items():
+        if "\x00" in key + value or _has_surrogate(key + value):
+            raise InvalidJob(
+                "trace_context holds a NUL or a lone surrogate, which JSON in PostgreSQL rejects"
+            )
+    return out
 
 
 def _check_key(name: str, key: object) -> None:

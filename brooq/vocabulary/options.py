@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -14,6 +15,15 @@ MAX_ATTEMPTS = 1_000_000
 """The most attempts a kind may allow (QUEUE_MAX_ATTEMPTS has the same bound)."""
 MAX_RUNNING = 2**31 - 1
 """The largest ``max_running``: the claim compares it with a PostgreSQL integer."""
+
+JOB_OVERRIDES = (
+    "max_attempts",
+    "attempt_timeout",
+    "max_execution_timeout",
+    "backoff_base",
+    "backoff_max",
+)
+"""The kind options one job may override for itself (``Job(max_attempts=…)``)."""
 
 _DURATION_FIELDS = (
     "attempt_timeout",
@@ -125,6 +135,22 @@ class KindOptions:
             )
         return out
 
+    def overridden_by(self, overrides: KindOptions | None) -> KindOptions:
+        """These options with every field ``overrides`` sets taken from it (one job's own).
+
+        Each override was checked on its own when its job was made; the result is not
+        checked again against the fields it keeps, so a job's ``attempt_timeout`` above
+        its kind's ``max_execution_timeout`` stands (the hard limit then comes first)
+        and a worker never fails on a combination.
+        """
+        if overrides is None:
+            return self
+        merged = object.__new__(KindOptions)
+        for name in self.__slots__:
+            value = getattr(overrides, name) if name in JOB_OVERRIDES else None
+            object.__setattr__(merged, name, getattr(self, name) if value is None else value)
+        return merged
+
     def with_defaults(self, defaults: KindOptions) -> KindOptions:
         """Fill every unset field from ``defaults``; the result is checked again."""
         filled = {
@@ -133,6 +159,28 @@ class KindOptions:
         if self.rate_limit is not None:
             filled.pop("rate_burst", None)  # a kind's own rate keeps its own burst
         return replace(self, **filled)
+
+
+def job_overrides(**given: object) -> KindOptions | None:
+    """The overrides one job carries, checked as kind options are (None: it sets none).
+
+    ``given`` holds the JOB_OVERRIDES fields (None: unset). A bad value raises
+    InvalidKindOptions with the message a kind's option gets.
+    """
+    if all(value is None for value in given.values()):
+        return None
+    return KindOptions(**given)  # type: ignore[arg-type]  # checked there, whatever the type
+
+
+def stored_overrides(values: Sequence[object]) -> KindOptions | None:
+    """The overrides of a stored job, from its JOB_OVERRIDES values in that order (None:
+    it has none). They were checked when the job was made: they are taken as they are."""
+    if all(value is None for value in values):
+        return None
+    options = KindOptions()
+    for name, value in zip(JOB_OVERRIDES, values, strict=True):
+        object.__setattr__(options, name, value)
+    return options
 
 
 def _positive_int_problem(name: str, value: object, most: int) -> str | None:

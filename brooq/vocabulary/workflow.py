@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 
 from brooq.vocabulary.errors import InvalidJob
@@ -90,6 +90,23 @@ class Workflow:
     def __iter__(self) -> Iterator[Handle]:
         """The handles, in the order they were added."""
         return iter(self._handles.values())
+
+    def with_jobs(self, jobs: Sequence[Job]) -> Workflow:
+        """This workflow (same id, same job ids and edges) with each job replaced by the one
+        of ``jobs`` at its place (what an enqueue middleware returned); InvalidJob when they
+        do not match one for one."""
+        jobs = list(jobs)
+        if len(jobs) != len(self._handles):
+            raise InvalidJob(
+                f"a middleware returned {len(jobs)} jobs for a workflow of {len(self._handles)}"
+            )
+        copy = Workflow(self.id)
+        copy._after = dict(self._after)
+        for handle, job in zip(self._handles.values(), jobs, strict=True):
+            if not isinstance(job, Job) or job.idempotency_key is not None:
+                raise InvalidJob("a middleware must return brooq.Job values without keys")
+            copy._handles[handle.id] = replace(handle, job=job)
+        return copy
 
     def nodes(self) -> list[Node]:
         """Every job with its parents, parents before children; InvalidJob for a cycle."""

@@ -165,12 +165,30 @@ def test_the_asyncio_path_writes_the_same_rows(dsn: str, pg: psycopg.Connection[
     ]
 
 
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
 def test_small_or_keyed_or_dependent_batches_take_the_statements() -> None:
     plain = [Job("bulk.a", i) for i in range(COPY_MIN_JOBS)]
     assert copyable(plain) and not copyable(plain[:-1])
     assert not copyable([*plain, Job("bulk.a", idempotency_key="k")])
     parent = "01900000-0000-7000-8000-000000000001"
     assert not copyable([*plain, Job("bulk.a", after=[parent])])
+    # Columns COPY does not write: such a batch takes the statements, which keep them.
+    assert not copyable([*plain, Job("bulk.a", max_attempts=20)])
+    assert not copyable([*plain, Job("bulk.a", trace_context={"traceparent": TRACEPARENT})])
+
+
+def test_a_bulk_batch_keeps_every_job_s_overrides_and_trace_context(dsn: str) -> None:
+    jobs = [Job("bulk.a", i) for i in range(N)]
+    jobs[7] = Job("bulk.a", 7, max_attempts=20, trace_context={"traceparent": TRACEPARENT})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done = enqueue_on(conn, jobs)
+        row = conn.execute(
+            "SELECT max_attempts, trace_context->>'traceparent' FROM job WHERE id = %s",
+            (done[7].id,),
+        ).fetchone()
+    assert row == (20, TRACEPARENT)
 
 
 def test_a_keyed_batch_is_not_written_with_copy(dsn: str) -> None:

@@ -7,7 +7,8 @@ trusted. Time is the store's own: the fake's settable clock, PostgreSQL's now().
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -1117,3 +1118,104 @@ def test_declared_rates_make_a_full_bucket_and_keep_its_tokens(env: Env) -> None
     assert len(rated(env)) == 3
     env.store.declare_rates({"api": RateLimit(6, timedelta(minutes=1), 4)})
     assert rated(env) == []  # a new burst adds no token
+
+
+# -- a job's own options and trace context ----------------------------------------------------
+
+OVERRIDES: dict[str, Any] = {
+    "max_attempts": 7,
+    "attempt_timeout": timedelta(microseconds=1),
+    "max_execution_timeout": timedelta(days=365),
+    "backoff_base": timedelta(seconds=2, microseconds=5),
+    "backoff_max": timedelta(minutes=3),
+}
+TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "t": "é"}
+
+
+@pytest.mark.parametrize("how", ["one", "many", "keyed", "after"])
+def test_a_jobs_overrides_and_trace_context_are_stored_and_claimed(env: Env, how: str) -> None:
+    """Every enqueue path (one job, a batch, a keyed job, a job with parents) stores them
+    exactly, and the claim hands them over; a job without them has none."""
+    store = env.store
+    extra: dict[str, Any] = {}
+    if how == "keyed":
+        extra["idempotency_key"] = "k"
+    if how == "after":
+        parent = enqueue(store, topic="parent")
+        assert store.settle(claim(store, topics=("parent",)).ticket, DONE)
+        extra["after"] = [parent]
+    job = Job("work", 1, trace_context=TRACE, **OVERRIDES, **extra)
+    jobs = [job] if how in ("one", "keyed") else [job, Job("work", 2)]
+    ids = [r.id for r in store.enqueue_many(jobs)]
+
+    row = store.get(ids[0])
+    assert {name: getattr(row, name) for name in OVERRIDES} == OVERRIDES
+    assert row.overrides == KindOptions(**OVERRIDES) and row.trace_context == TRACE
+    claimed = {c.id: c for c in store.claim_many("worker-1", ["work"], LEASE, 10)}
+    assert claimed[ids[0]].overrides == KindOptions(**OVERRIDES)
+    assert json.loads(claimed[ids[0]].trace_context or "null") == TRACE
+    for plain in ids[1:]:
+        assert store.get(plain).overrides is None and store.get(plain).trace_context is None
+        assert (claimed[plain].overrides, claimed[plain].trace_context) == (None, None)
+
+
+def test_a_job_may_override_some_options_and_keep_the_others(env: Env) -> None:
+    job_id = enqueue(env.store, max_attempts=2)
+    assert env.store.get(job_id).overrides == KindOptions(max_attempts=2)
+    assert claim(env.store).overrides == KindOptions(max_attempts=2)
+    options = OPTS.overridden_by(KindOptions(max_attempts=2))
+    assert options == dataclasses.replace(OPTS, max_attempts=2)
+
+
+def _failing(claim: Claim) -> None:
+    raise ValueError(f"failed attempt {claim.attempt}")
+
+
+def test_a_jobs_max_attempts_overrides_its_kinds(env: Env) -> None:
+    """max_attempts 1 on the job: dead after one failure where the kind allows 5; and the
+    other way round, 3 on the job where the kind allows 1: failed, retried."""
+    once = enqueue(env.store, max_attempts=1)
+    attempted, _, _ = _run(env, _failing, max_attempts=5)
+    assert attempted.claimed.id == once and attempted.outcome.label == "dead"
+    assert (env.store.get(once).state, env.store.get(once).attempts) == (State.DEAD, 1)
+
+    more = enqueue(env.store, max_attempts=3)
+    seen: list[Claim] = []
+
+    def handler(claim: Claim) -> None:
+        seen.append(claim)
+        _failing(claim)
+
+    attempted, _, _ = _run(env, handler, max_attempts=1)
+    assert attempted.claimed.id == more and attempted.outcome.label == "failed"
+    assert seen[0].max_attempts == 3 and not seen[0].is_last_attempt
+    _ready(env, more)
+    _run(env, handler, max_attempts=1)
+    _ready(env, more)
+    attempted, _, _ = _run(env, handler, max_attempts=1)
+    assert attempted.outcome.label == "dead" and seen[-1].is_last_attempt
+    assert env.store.get(more).attempts == 3
+
+
+def test_a_jobs_backoff_overrides_its_kinds(env: Env) -> None:
+    """The retry of a job with its own backoff_base and backoff_max follows them (the kind
+    says 10 s, capped at 60 s; the job 100 s, capped at 100 s)."""
+    job_id = enqueue(env.store, backoff_base="100s", backoff_max="100s")
+    _, t0, t1 = _run(env, _failing)
+    row = env.store.get(job_id)
+    d = timedelta(seconds=100)
+    assert row.state == State.FAILED
+    assert between(row.available_at, t0 + d / 2, t1 + d), (row.available_at, t0, t1)
+
+    capped = enqueue(env.store, backoff_max="1s")  # below the kind's base: the cap holds
+    _, t0, t1 = _run(env, _failing)
+    assert between(env.store.get(capped).available_at, t0, t1 + timedelta(seconds=1))
+
+
+def test_a_jobs_attempt_timeout_sets_its_deadline(env: Env) -> None:
+    enqueue(env.store, attempt_timeout="2h")
+    seen: list[Claim] = []
+    before = datetime.now(UTC)  # a deadline is on the worker's clock
+    _run(env, seen.append, attempt_timeout="1m")
+    after = datetime.now(UTC)
+    assert between(seen[0].deadline, before + timedelta(hours=2), after + timedelta(hours=2))

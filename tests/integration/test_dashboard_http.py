@@ -366,3 +366,21 @@ def test_the_job_page_shows_the_result_escaped_and_cuts_a_large_one(
     page = read_only.request("GET", f"/ui/jobs/{big}")
     assert page.status == 200 and "cut: the result is 100002 bytes of JSON" in page.body
     assert len(page.body) < 60_000
+
+
+def test_the_job_page_shows_a_jobs_own_options_and_trace_context(
+    read_only: Served, pg: psycopg.Connection[Any]
+) -> None:
+    job = insert(pg, "email.send", "pending")
+    page = read_only.request("GET", f"/ui/jobs/{job}").body
+    assert 'id="max-attempts"' not in page and 'id="trace-context"' not in page
+    pg.execute(
+        "UPDATE job SET max_attempts = 20, max_execution_timeout = '90 seconds', "
+        "backoff_base = '0.5 seconds', trace_context = %s WHERE id = %s",
+        ('{"traceparent": "00-<x>-01"}', job),
+    )
+    page = read_only.request("GET", f"/ui/jobs/{job}").body
+    assert 'id="max-attempts">20<' in page
+    assert 'id="max-execution-timeout">1m30s<' in page and 'id="backoff-base">500ms<' in page
+    assert 'id="attempt-timeout"' not in page  # the kind's option holds
+    assert "traceparent: 00-&lt;x&gt;-01" in page

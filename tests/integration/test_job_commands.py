@@ -492,3 +492,82 @@ def test_brooq_job_shows_the_result_and_jobs_list_does_not_carry_it(
     listed = json.loads(out)
     rows = listed["jobs"] if isinstance(listed, dict) else listed
     assert rows and all("result" not in row for row in rows)
+
+
+# --- a job's own options ------------------------------------------------------------------------
+
+
+def test_enqueue_flags_override_the_kinds_options_and_brooq_job_shows_them(
+    brooq: Run, pg: psycopg.Connection[Any]
+) -> None:
+    code, out, err = brooq(
+        "enqueue",
+        "--topic",
+        "report",
+        "--payload",
+        "{}",
+        "--max-attempts",
+        "20",
+        "--attempt-timeout",
+        "10s",
+        "--max-execution-timeout",
+        "1m30s",
+        "--backoff-base",
+        "500ms",
+        "--backoff-max",
+        "2h",
+    )
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    row = pg.execute(
+        "SELECT max_attempts, attempt_timeout, max_execution_timeout, backoff_base, backoff_max "
+        "FROM job WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None and [str(v) for v in row] == [
+        "20",
+        "0:00:10",
+        "0:01:30",
+        "0:00:00.500000",
+        "2:00:00",
+    ]
+    code, out, _ = brooq("job", job_id)
+    assert code == 0
+    lines = dict(ln.split(None, 1) for ln in out.splitlines() if len(ln.split(None, 1)) == 2)
+    assert (lines["max_attempts"], lines["attempt_timeout"], lines["backoff_base"]) == (
+        "20",
+        "10s",
+        "500ms",
+    )
+    assert (lines["max_execution_timeout"], lines["backoff_max"]) == ("1m30s", "2h")
+    assert "trace_context" not in lines
+    code, out, _ = brooq("job", job_id, "--json")
+    shown = json.loads(out)
+    assert (shown["max_attempts"], shown["max_execution_timeout"]) == (20, "1m30s")
+    assert shown["trace_context"] is None
+
+    code, out, _ = brooq("enqueue", "--topic", "report", "--payload", "{}")
+    code, out, _ = brooq("job", json.loads(out)["id"])
+    assert "max_attempts" not in out and "backoff_base" not in out  # the kind's options hold
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--attempt-timeout", "10"], 'attempt_timeout: "10" has no unit; write e.g. 10s'),
+        (["--max-attempts", "0"], "max_attempts: must be at least 1, got 0"),
+        (["--max-attempts", "two"], "--max-attempts must be a whole number, got 'two'"),
+        (["--backoff-base=-1s"], "backoff_base: must not be negative"),
+        (
+            ["--attempt-timeout", "2m", "--max-execution-timeout", "1m"],
+            "attempt_timeout (2m) must not exceed max_execution_timeout (1m)",
+        ),
+    ],
+)
+def test_a_bad_override_exits_2_with_the_kind_options_error_and_enqueues_nothing(
+    brooq: Run, pg: psycopg.Connection[Any], flags: list[str], message: str
+) -> None:
+    code, out, err = brooq("enqueue", "--topic", "report", "--payload", "{}", *flags)
+    assert code == 2, (out, err)
+    assert message in err and "Traceback" not in err
+    assert pg.execute("SELECT count(*) FROM job").fetchone() == (0,)

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from brooq.postgres.enqueue import PreparedBatch
+from brooq.postgres.enqueue import PreparedBatch, control_params
 from brooq.postgres.sql import statements
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job, State
@@ -98,6 +98,7 @@ def test_keyless_statements_read_no_partition_of_job(
         "available_at": None,
         "priority": 0,
         "rate_key": None,
+        **control_params(Job("t")),
         "notify": False,
         "jobs": json.dumps([{"id": "01a00000-0000-7000-8000-000000000002", "topic": "t"}]),
     }

@@ -19,6 +19,7 @@ ALL = [
     "0010.job-result",
     "0011.rate-limit",
     "0012.job-workflows",
+    "0014.job-overrides",
 ]
 
 

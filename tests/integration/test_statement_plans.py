@@ -19,7 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
+from brooq.postgres.enqueue import control_params
 from brooq.postgres.sql import statements
+from brooq.vocabulary import Job
 from tests.integration.partitions import past_layout
 from tests.integration.plans import Layout, explain, nodes
 
@@ -170,6 +172,7 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
         "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
         "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
+        **control_params(Job("report.daily")),
         "workflow": None, "edges": json.dumps([{"parent_id": ids[0], "child_id": jobs[0]["id"],
         "parent_state": None}]),
     }  # fmt: skip

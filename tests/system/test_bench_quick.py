@@ -72,6 +72,10 @@ EXPECTED_FIGURES = [
     "extras.logs_default.us",
     "extras.metrics.us",
     "extras.title.us",
+    # middleware: none registered, one pass-through, tracing (the dev install has the SDK)
+    "middleware.none.us",
+    "middleware.one.us",
+    "middleware.tracing.us",
     # a stored result against none
     "results.none.N2",
     "results.dict.N2",

@@ -367,6 +367,32 @@ def test_importing_a_layer_as_users_do_loads_no_third_party_package(module: str)
     assert loaded_after(f"import {module}") == []
 
 
+# Without the otel extra: every module but brooq.otel imports with OpenTelemetry not
+# installed (a finder refuses it), and none loads any of it when it is installed.
+NO_OTEL = (
+    "import sys\n"
+    "class NoOtel:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name.split('.')[0] == 'opentelemetry':\n"
+    "            raise ImportError('opentelemetry is not installed (the otel extra)')\n"
+    "sys.meta_path.insert(0, NoOtel())\n"
+)
+
+
+def test_brooq_without_the_otel_extra_imports_nothing_of_it() -> None:
+    modules = sorted(
+        m for p in sources() if (m := module_name(p)) != "brooq.otel" and not m.endswith("__main__")
+    )
+    code = NO_OTEL + "".join(f"import {m}\n" for m in modules)
+    code += "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert ast.literal_eval(done.stdout.strip().splitlines()[-1]) == []
+    assert "brooq.otel" in {module_name(p) for p in sources()}  # the one module that may
+
+
 # --- every package, and the database driver at run time ---------------------------------------
 
 DRIVER = ("psycopg", "psycopg_pool", "yoyo")
@@ -414,6 +440,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "app",
     },
     "demo": {"vocabulary", "engine", "postgres", "config", "queue", "testing"},
+    "otel": {"vocabulary", "engine"},
 }
 TOP = {"cli", "__main__", "__version__"}
 

@@ -13,9 +13,23 @@ from hypothesis import strategies as st
 from brooq.engine.outcome import Outcome, SettleKind
 from brooq.engine.store import Claimed, Ticket
 from brooq.supervisor import protocol
+from brooq.vocabulary import KindOptions
+from brooq.vocabulary.options import stored_overrides
 
 TEXT = st.text(max_size=200)
 IDS = st.uuids().map(str)
+
+
+DURATIONS = st.none() | st.integers(1, 365 * 86400 * 10**6).map(
+    lambda us: timedelta(microseconds=us)
+)
+
+
+@st.composite
+def overrides(draw: st.DrawFn) -> KindOptions | None:
+    """A job's own options as a claim carries them: any of them set, or none."""
+    values = [draw(st.none() | st.integers(1, 1_000_000))] + [draw(DURATIONS) for _ in range(4)]
+    return stored_overrides(values)
 
 
 @st.composite
@@ -27,6 +41,8 @@ def claims(draw: st.DrawFn) -> Claimed:
         draw(st.text(max_size=2000)),
         until,
         draw(st.integers(0, 2**31 - 1)),
+        overrides=draw(overrides()),
+        trace_context=draw(st.none() | TEXT),
     )
 
 

@@ -121,7 +121,7 @@ class Rig:
 
     def exits(self) -> Exits:
         return Exits(
-            options=lambda topic: OPTIONS,
+            options=lambda claimed: OPTIONS,
             completer=self.completer,
             producer=self.producer,
             holdings=self.holdings,

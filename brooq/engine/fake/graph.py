@@ -74,6 +74,7 @@ class FakeGraph(FakeTable):
             idempotency_key=job.idempotency_key,
             priority=job.priority,
             rate_key=job.rate_key,
+            **job.controls(),
             last_error=planned.reason,
             created_at=now,
             updated_at=now,

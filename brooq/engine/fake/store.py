@@ -190,6 +190,8 @@ class InMemoryStore(FakeUpkeep):
             row.expirations,
             row.priority,
             row.available_at,
+            row.overrides,
+            None if row.trace_context is None else json.dumps(row.trace_context),
         )
 
     def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:

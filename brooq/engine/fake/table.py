@@ -113,6 +113,7 @@ class FakeTable:
             idempotency_key=job.idempotency_key,
             priority=job.priority,
             rate_key=job.rate_key,
+            **job.controls(),
             last_error=None,
             created_at=now,
             updated_at=now,

@@ -38,6 +38,7 @@ def environment() -> jinja2.Environment:
     env.filters["pretty"] = pretty
     env.filters["shown_result"] = shown_result
     env.filters["ago"] = ago
+    env.filters["duration"] = format_duration
     return env
 
 
