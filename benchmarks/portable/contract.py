@@ -264,8 +264,11 @@ def parse_token(line: str) -> int:
 
 
 def payload(seq: int, inserted: float, payload_bytes: int) -> dict[str, Any]:
-    """A job's payload: its sequence number, the wall time of its insert, padding to size."""
-    return {"seq": seq, "t": inserted, "pad": "x" * max(0, payload_bytes - 64)}
+    """A job's payload: its sequence number, the wall time of its insert, and padding to
+    ``JOB_PAYLOAD_BYTES`` of JSON (no padding when the rest is already that long)."""
+    body: dict[str, Any] = {"seq": seq, "t": inserted, "pad": ""}
+    body["pad"] = "x" * max(0, payload_bytes - len(json.dumps(body)))
+    return body
 
 
 @dataclass(frozen=True)

@@ -335,7 +335,12 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"unknown pg action {action!r}: start, stop, wipe or status")
         return 0
     sys.path.insert(0, str(harness))
-    from bench_harness import adapters, orchestrator, phases, versions
+    from bench_harness import (  # type: ignore[import-not-found]  # the harness checkout
+        adapters,
+        orchestrator,
+        phases,
+        versions,
+    )
 
     patch_postgres(orchestrator, harness)
     patch_adapters(adapters, versions, harness)
