@@ -74,6 +74,12 @@ NATIVE_ADAPTERS: dict[str, tuple[str, str, str]] = {
 }
 # The adapters whose folder is the harness's, not this one.
 HARNESS_ADAPTERS = {"procrastinate"}
+# The adapters that pace themselves and never read stdin. The harness's pacer would
+# fill their stdin pipe (64 KiB: under 3 minutes of ENQUEUE tokens at 200 jobs/s), block
+# in a write holding the pipe's lock, and the harness would then hang for good when it
+# closes that pipe to stop the adapter (the pipe's close waits for the lock). So they get
+# PRODUCER_PACING=adapter, which also keeps the harness's pacer off for them.
+SELF_PACED_ADAPTERS = {"procrastinate"}
 
 
 def harness_dir() -> Path:
@@ -257,6 +263,10 @@ def patch_adapters(adapters: Any, versions: Any, harness: Path) -> None:
 
     def launcher(system: str) -> Callable[[Any, dict[str, str]], Any]:
         def launch(manifest: Any, overrides: dict[str, str]) -> Any:
+            if system in SELF_PACED_ADAPTERS:
+                # The orchestrator decides on its pacer from this very dict after the
+                # launcher returns (bench_harness/orchestrator.py, _launch_one_replica).
+                overrides["PRODUCER_PACING"] = "adapter"
             folder = adapter_dir(system, harness)
             script = str(folder / NATIVE_ADAPTERS[system][2])
             env = adapters._base_env(manifest, overrides)
