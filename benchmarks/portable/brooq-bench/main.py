@@ -364,12 +364,12 @@ class Adapter:
             counts = f"enqueued {self.stats.enqueued}, reported {self.stats.completed}"
             failures = self.stats.enqueue_failures
         states = ", ".join(f"{state} {n} (run more than once: {again})" for state, n, again in rows)
-        print(
+        # One write, so that two replicas stopping together do not interleave their lines.
+        sys.stderr.write(
             f"[brooq] replica {self.settings.instance_id}: {counts}, enqueue failures "
-            f"{failures}; rows of {TOPIC}: {states}",
-            file=sys.stderr,
-            flush=True,
+            f"{failures}; rows of {TOPIC}: {states}\n"
         )
+        sys.stderr.flush()
 
     def run(self) -> int:
         """The whole life of the replica; its exit code."""
