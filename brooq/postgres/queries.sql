@@ -1019,8 +1019,8 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- name: tables_without_dml
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
-SELECT t FROM unnest(ARRAY['job', 'job_key', 'job_edge', 'brooq_supervisor', 'brooq_rate_limit'])
-    AS t
+SELECT t FROM unnest(ARRAY['job', 'job_key', 'job_edge', 'brooq_supervisor', 'brooq_rate_limit',
+                           'brooq_topic_pause']) AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')

@@ -29,7 +29,8 @@ MARKS = {
     "0010.job-result": "column:result",
     "0011.rate-limit": "relation:brooq_rate_limit",
     "0012.job-workflows": "relation:job_edge",
-    "0014.job-overrides": "column:trace_context",
+    "0013.job-overrides": "column:trace_context",
+    "0014.topic-pause": "relation:brooq_topic_pause",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

@@ -19,7 +19,8 @@ ALL = [
     "0010.job-result",
     "0011.rate-limit",
     "0012.job-workflows",
-    "0014.job-overrides",
+    "0013.job-overrides",
+    "0014.topic-pause",
 ]
 
 

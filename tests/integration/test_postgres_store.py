@@ -199,10 +199,18 @@ def test_the_outcome_is_read_from_the_row_alone(
     assert _tables(pg) == tables_before
     # The other tables say which supervisors are alive (brooq workers), which job holds an
     # idempotency key (job_key), what the rate limits' buckets hold and which jobs wait for
-    # which (job_edge, workflows); no job's fate. job's partitions are job.
+    # which (job_edge, workflows), which topics are paused; no job's fate. job's partitions are job.
     assert {
         t for t in tables_before if not t.startswith(("_yoyo", "yoyo", "job_p", "job_initial"))
-    } == {"job", "job_default", "job_key", "job_edge", "brooq_supervisor", "brooq_rate_limit"}
+    } == {
+        "job",
+        "job_default",
+        "job_key",
+        "job_edge",
+        "brooq_supervisor",
+        "brooq_rate_limit",
+        "brooq_topic_pause",
+    }
     row = pg.execute(
         "SELECT state, attempts, last_error FROM job WHERE id = %s", (job.id,)
     ).fetchone()

@@ -1,0 +1,1 @@
+DROP TABLE brooq_topic_pause;
