@@ -49,6 +49,7 @@ from brooq.vocabulary import (
     State,
     StoreUnavailable,
     Topic,
+    TopicPause,
     Workflow,
 )
 
@@ -108,6 +109,7 @@ __all__ = [
     "State",
     "StoreUnavailable",
     "Topic",
+    "TopicPause",
     "Workflow",
     "__version__",
     "enqueue_async",

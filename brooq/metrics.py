@@ -253,10 +253,10 @@ class WorkersCollector:
 
 
 class DatabaseCollector:
-    """``brooq_jobs``, ``brooq_ready_oldest_age_seconds`` and the rate limits' tokens, read
-    at scrape time.
+    """``brooq_jobs``, ``brooq_ready_oldest_age_seconds``, the rate limits' tokens and
+    ``brooq_topic_paused``, read at scrape time.
 
-    Three grouped queries through the Inspection port (under its statement time
+    Four small queries through the Inspection port (under its statement time
     limit), cached for ``ttl_s`` so a burst of scrapes costs the database one
     read. Thread-safe: concurrent scrapes (the surface serves each in its own
     thread) wait at most ``wait_s`` for the one read in progress instead of each
@@ -294,6 +294,7 @@ class DatabaseCollector:
                         self.inspection.depth(),
                         self.inspection.oldest_ready(),
                         self.inspection.rate_limits(),
+                        {p.topic for p in self.inspection.pauses()},
                     )
                 self._cached = (time.monotonic(), values)
             return values
@@ -305,7 +306,7 @@ class DatabaseCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         try:
-            depth, oldest, rates = self._values()
+            depth, oldest, rates, paused = self._values()
         except Exception:
             return
         jobs = GaugeMetricFamily(
@@ -326,9 +327,10 @@ class DatabaseCollector:
         yield jobs
         yield age
         yield from rate_families(rates)
+        yield paused_family(set(self.topics) | paused, paused)
 
 
-Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate]]
+Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate], set[str]]
 """What one database read of the collector holds."""
 
 
@@ -352,6 +354,21 @@ def rate_families(rates: Sequence[TopicRate]) -> Iterator[Any]:
         waiting.add_metric([rate.topic], rate.keys_waiting)
     yield tokens
     yield waiting
+
+
+def paused_family(topics: set[str], paused: set[str]) -> Any:
+    """``brooq_topic_paused{topic}``: 1 for a paused topic (brooq topics pause), 0 for every
+    other topic served."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(
+        "brooq_topic_paused",
+        "1 while the topic is paused (no claimer starts its jobs), 0 otherwise.",
+        labels=["topic"],
+    )
+    for topic in sorted(topics):
+        family.add_metric([topic], 1 if topic in paused else 0)
+    return family
 
 
 def render(collectors: Sequence[Any], supervisor_pid: int) -> bytes:

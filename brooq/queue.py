@@ -13,6 +13,7 @@ from brooq.engine.middleware import Middleware
 from brooq.engine.periodic import check_schedule
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
+from brooq.pausing import TopicControls
 from brooq.postgres.connect import use_pgbouncer
 from brooq.postgres.enqueue import enqueue_on_async
 from brooq.postgres.store import PostgresStore, is_database_source
@@ -53,7 +54,7 @@ class Drained:
         return len(self.attempts)
 
 
-class Queue:
+class Queue(TopicControls):
     """A job queue over one PostgreSQL database (or any Store).
 
     ``source`` is a DSN, a psycopg_pool ConnectionPool, a psycopg Connection,

@@ -16,7 +16,17 @@ import traceback
 from collections.abc import Sequence
 
 from brooq import __version__
-from brooq.cli import configure, dashboard, jobgroup, jobs, migrate, run, status, workers
+from brooq.cli import (
+    configure,
+    dashboard,
+    jobgroup,
+    jobs,
+    migrate,
+    run,
+    status,
+    topics,
+    workers,
+)
 from brooq.cli.common import add_global_flags, require_dsn, settings_from
 from brooq.cli.errors import Exit, UsageError
 from brooq.cli.parsing import StrictParser
@@ -27,7 +37,7 @@ from brooq.vocabulary.secrets import dsn_passwords
 
 __all__ = ["Exit", "UsageError", "main", "parser"]
 
-COMMAND_GROUPS = (migrate, jobs, jobgroup, status, workers, configure, run, dashboard)
+COMMAND_GROUPS = (migrate, jobs, jobgroup, status, workers, topics, configure, run, dashboard)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -56,7 +56,8 @@ class StrictParser(argparse.ArgumentParser):
             name = token.split("=", 1)[0]
             if not name.startswith("--") or name in known:
                 continue
-            if meant := sorted(flag for flag in own if flag.startswith(name)):
+            # Closest first: the shortest flag the prefix may have been cut from.
+            if meant := sorted((f for f in own if f.startswith(name)), key=lambda f: (len(f), f)):
                 problems.append(
                     f"{_UNRECOGNIZED}{name} (did you mean {' or '.join(meant)}? "
                     "flags are never abbreviated)"

@@ -91,6 +91,10 @@ def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[
         "depth": [asdict(row) for row in inspection.depth()],
         "oldest_ready_s": ready,
         "rate_limits": [asdict(row) for row in inspection.rate_limits()],
+        "paused": [
+            {**asdict(p), "paused_at": p.paused_at.astimezone(UTC).isoformat()}
+            for p in inspection.pauses()
+        ],
         "running": [asdict(row) for row in inspection.running()],
         "dead_last_hour": [
             {**asdict(row), "updated_at": row.updated_at.isoformat()} for row in dead
@@ -170,6 +174,7 @@ def render(snap: dict[str, Any]) -> str:
         f"brooq status at {snap['taken_at']}",
         render_depth(snap["depth"], snap["oldest_ready_s"]),
         *([render_rates(snap["rate_limits"])] if snap.get("rate_limits") else []),
+        *([render_paused(snap["paused"])] if snap.get("paused") else []),
         render_running(snap["running"]),
         render_dead(snap["dead_last_hour"], snap["dead_last_hour_total"]),
         render_workers(
@@ -222,6 +227,18 @@ def render_rates(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"  {safe(r['topic']):<{width}} {safe(r['limit']):>9} {r['burst']:>7} "
             f"{r['tokens']:>9.1f} {r['keys']:>6} {r['keys_waiting']:>7}"
+        )
+    return "\n".join(lines)
+
+
+def render_paused(rows: list[dict[str, Any]]) -> str:
+    """Each paused topic: since when, by whom, why (no supervisor starts its jobs)."""
+    lines = ["paused topics (no new job starts; `brooq topics resume TOPIC`):"]
+    for r in rows:
+        why = f": {safe(r['reason'])}" if r["reason"] else ""
+        lines.append(
+            f"  {safe(r['topic'])} since {r['paused_at'][:19].replace('T', ' ')} UTC "
+            f"by {safe(r['paused_by'])}{why}"
         )
     return "\n".join(lines)
 

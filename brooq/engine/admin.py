@@ -10,7 +10,8 @@ touch in its own statement, so no caller can make it change a live row:
 - cancel_many: ``waiting``, ``pending`` or ``failed`` → ``canceled``;
 - cancel_workflow: every job of a workflow that has not ended → ``canceled``;
 - purge: deletes ``done``, ``dead`` or ``canceled`` rows, in batches (never a parent
-  whose children have not ended).
+  whose children have not ended);
+- pause and resume a topic (brooq.engine.pauses).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from brooq.engine.filters import JobFilter
+from brooq.engine.pauses import Pauses
 from brooq.vocabulary import InvalidInput, State
 
 RETRYABLE = (State.DEAD, State.CANCELED)
@@ -39,7 +41,7 @@ class BulkCancel:
     left: int = 0
 
 
-class Admin(Protocol):
+class Admin(Pauses, Protocol):
     """What operators change. Each method returns how many rows it changed."""
 
     def retry(self, where: JobFilter) -> list[str]:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from brooq.engine.filters import Cursor, JobFilter
-from brooq.vocabulary import JobRecord, State
+from brooq.vocabulary import JobRecord, State, TopicPause
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +199,10 @@ class Inspection(Protocol):
 
     def rate_limits(self) -> list[TopicRate]:
         """Every rate-limited topic a claim or a supervisor recorded, by topic."""
+        ...
+
+    def pauses(self) -> list[TopicPause]:
+        """Every paused topic (reason, since when, by whom), by name."""
         ...
 
     def job(self, job_id: str) -> JobRecord:

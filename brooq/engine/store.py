@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
 from brooq.engine.outcome import Outcome
+from brooq.engine.pauses import Pauses
 from brooq.vocabulary import (
     Enqueued,
     Job,
@@ -133,7 +134,7 @@ class DroppedPartition:
     rows: int
 
 
-class Store(Protocol):
+class Store(Pauses, Protocol):
     """Persistence of jobs. Every write about an attempt is fenced by its Ticket."""
 
     def enqueue_many(self, jobs: Sequence[Job], conn: Any = None) -> list[Enqueued]:

@@ -21,6 +21,7 @@ from brooq.engine.admin import (
 from brooq.engine.filters import JobFilter
 from brooq.engine.outcome import clean_reason
 from brooq.postgres.connect import Connector, Source
+from brooq.postgres.pausing import PostgresPauses
 from brooq.postgres.sql import sql
 from brooq.vocabulary import parse_job_id
 
@@ -32,7 +33,7 @@ and passes again, each in turn: a claim or a short transaction lets them go in m
 what is still locked after the last pause (3.75 s in all) is reported, not waited for."""
 
 
-class PostgresAdmin:
+class PostgresAdmin(PostgresPauses):
     """Operators' writes on a connection of their own; each batch is its own transaction.
 
     A batch locks at most :data:`BATCH` rows (SKIP LOCKED: rows a worker

@@ -149,7 +149,7 @@ def use_pgbouncer(on: bool = True) -> None:
     PROFILE.pgbouncer = on
 
 
-def _ms(timeout: timedelta) -> int:
+def _ms(timeout: timedelta) -> int:  # whole milliseconds, at least one
     return max(1, int(timeout.total_seconds() * 1000))
 
 
@@ -172,10 +172,8 @@ def connect(
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
-    bounds = {
-        "statement_timeout": statement_timeout,
-        "idle_in_transaction_session_timeout": idle_timeout,
-    }
+    bounds = {"statement_timeout": statement_timeout}
+    bounds["idle_in_transaction_session_timeout"] = idle_timeout
     if PROFILE.pgbouncer:
         prepare = False
     elif given := [f"-c {name}={_ms(t)}" for name, t in bounds.items() if t is not None]:
@@ -379,11 +377,9 @@ class Connector:
             self._own = None
 
     def abort(self) -> None:
-        """Cut the owned connection from another thread (a statement that will not return).
-
-        Shuts its socket down so that the thread blocked in it gets an error at
-        once; the next operation opens a new connection.
-        """
+        """Cut the owned connection from another thread (a statement that will not return):
+        its socket is shut down, so the thread blocked in it errs at once; the next operation
+        opens a new connection."""
         conn = self._own
         if conn is None or conn.closed:
             return

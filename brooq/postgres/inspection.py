@@ -32,7 +32,7 @@ from brooq.postgres.connect import Connector, Source
 from brooq.postgres.rows import record
 from brooq.postgres.sql import sql
 from brooq.postgres.workflows import FAMILY_LIMIT, family_of
-from brooq.vocabulary import JobNotFound, JobRecord, parse_job_id
+from brooq.vocabulary import JobNotFound, JobRecord, TopicPause, parse_job_id
 
 READ_TIMEOUT = timedelta(seconds=5)
 SUPERVISOR_ALIVE_WITHIN = timedelta(seconds=15)
@@ -100,6 +100,14 @@ class PostgresInspection:
         with self._reading() as cur:
             row = cur.execute(sql("count_dead"), {"since": since}).fetchone()
         return int(row["dead"]) if row else 0
+
+    def pauses(self) -> list[TopicPause]:
+        """Every paused topic in brooq_topic_pause, by name."""
+        with self._reading() as cur:
+            return [
+                TopicPause(r["topic"], r["reason"], r["paused_at"], r["paused_by"])
+                for r in cur.execute(sql("topic_pauses"))
+            ]
 
     def rate_limits(self) -> list[TopicRate]:
         """Every rate-limited topic recorded in brooq_rate_limit, and its tokens now."""

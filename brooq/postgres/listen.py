@@ -30,6 +30,7 @@ log = logging.getLogger("brooq.listen")
 
 JOB_CHANNEL = "brooq_job"
 CANCEL_CHANNEL = "brooq_cancel"
+PAUSE_CHANNEL = "brooq_pause"
 PROBE_TIMEOUT = timedelta(seconds=60)
 """The statement_timeout a pooled LISTEN connection starts with: the startup option a
 transaction-pooling PgBouncer refuses, which gives it away before anything is LISTENed."""
@@ -76,13 +77,30 @@ def _off() -> None:
 
 @dataclass
 class Heard:
-    """What arrived since the last read: topics with new jobs, ids of canceled jobs."""
+    """What arrived since the last read: topics with new jobs, ids of canceled jobs, and
+    whether a topic was paused or resumed."""
 
     topics: set[str] = field(default_factory=set)
     canceled: set[str] = field(default_factory=set)
+    pauses: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.topics or self.canceled)
+        return bool(self.topics or self.canceled or self.pauses)
+
+    def add(self, channel: str, payload: str) -> None:
+        """Take in one notification."""
+        if channel == JOB_CHANNEL:
+            self.topics.add(payload)
+        elif channel == PAUSE_CHANNEL:
+            self.pauses = True
+        else:
+            self.canceled.add(payload)
+
+    def merge(self, more: Heard) -> None:
+        """Take in what ``more`` heard."""
+        self.topics |= more.topics
+        self.canceled |= more.canceled
+        self.pauses = self.pauses or more.pauses
 
 
 class Listener:
@@ -96,15 +114,20 @@ class Listener:
     """
 
     def __init__(
-        self, dsn: str | None, *, jobs: bool = True, cancels: bool = True, pooled: bool = False
+        self,
+        dsn: str | None,
+        *,
+        jobs: bool = True,
+        cancels: bool = True,
+        pauses: bool = False,
+        pooled: bool = False,
     ) -> None:
         self.dsn = dsn
         """None: no LISTEN at all (a bouncer's DSN and no QUEUE_LISTEN_URL); callers poll."""
         self.pooled = pooled
         """``dsn`` is DATABASE_URL itself: LISTEN there only while no PgBouncer is detected."""
-        self.statements = [
-            sql(n) for n, on in (("listen_jobs", jobs), ("listen_cancels", cancels)) if on
-        ]
+        channels = (("listen_jobs", jobs), ("listen_cancels", cancels), ("listen_pauses", pauses))
+        self.statements = [sql(n) for n, on in channels if on]
         self.conn: psycopg.Connection[object] | None = None
         self.missed = False
         """True after a reconnect: notifications may have been lost meanwhile."""
@@ -137,7 +160,7 @@ class Listener:
             return heard
         try:
             for note in self.conn.notifies(timeout=0):
-                (heard.topics if note.channel == JOB_CHANNEL else heard.canceled).add(note.payload)
+                heard.add(note.channel, note.payload)
         except psycopg.Error:
             self.close()
         return heard
@@ -149,13 +172,11 @@ class Listener:
         heard = Heard()
         try:
             for note in self.conn.notifies(timeout=timeout.total_seconds(), stop_after=1):
-                (heard.topics if note.channel == JOB_CHANNEL else heard.canceled).add(note.payload)
+                heard.add(note.channel, note.payload)
         except psycopg.Error:
             self.close()
             return heard
-        more = self.read()
-        heard.topics |= more.topics
-        heard.canceled |= more.canceled
+        heard.merge(self.read())
         return heard
 
     def close(self) -> None:

@@ -944,6 +944,42 @@ LEFT JOIN job ON job.state IN ('done', 'dead')
 GROUP BY minute
 ORDER BY minute
 
+-- name: pause_topic
+-- Pause a topic on every host (brooq topics pause): claimers read brooq_topic_pause at
+-- least every half second, and supervisors at once on NOTIFY brooq_pause. Pausing a
+-- paused topic keeps when it was paused and replaces why and by whom.
+WITH paused AS (
+    INSERT INTO brooq_topic_pause AS p (topic, reason, paused_by)
+    VALUES (%(topic)s, %(reason)s, %(by)s)
+    ON CONFLICT (topic) DO UPDATE SET reason = EXCLUDED.reason, paused_by = EXCLUDED.paused_by
+    RETURNING p.topic, p.reason, p.paused_at, p.paused_by
+), told AS (
+    SELECT pg_notify('brooq_pause', topic) FROM paused
+)
+SELECT paused.* FROM paused LEFT JOIN told ON true
+
+-- name: resume_topic
+-- Lift a topic's pause; the pause lifted (no row: it was not paused). Claimers that wait
+-- for new jobs hear of its jobs as if they were just enqueued (brooq_job).
+WITH resumed AS (
+    DELETE FROM brooq_topic_pause WHERE topic = %(topic)s
+    RETURNING topic, reason, paused_at, paused_by
+), told AS (
+    SELECT pg_notify('brooq_pause', topic), pg_notify('brooq_job', topic) FROM resumed
+)
+SELECT resumed.* FROM resumed LEFT JOIN told ON true
+
+-- name: topic_pauses
+-- Every paused topic, by name.
+SELECT topic, reason, paused_at, paused_by FROM brooq_topic_pause ORDER BY topic
+
+-- name: paused_topic_names
+-- What a claimer leaves out of its claims (read at most PAUSE_REFRESH_S old).
+SELECT topic FROM brooq_topic_pause
+
+-- name: listen_pauses
+LISTEN brooq_pause
+
 -- name: register_supervisor
 -- A supervisor says it is alive, and what its workers run (every few seconds).
 INSERT INTO brooq_supervisor (holder, host, pid, app, topics, started_at, seen_at, workers)

@@ -23,6 +23,7 @@ from brooq.postgres.behind import on_callers_connection
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
 from brooq.postgres.limited import claim_limited
+from brooq.postgres.pausing import PostgresPauses
 from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
 from brooq.postgres.rows import (
     claimed_rows,
@@ -50,7 +51,7 @@ from brooq.vocabulary import (
 __all__ = ["PostgresStore", "is_database_source"]
 
 
-class PostgresStore(PostgresUpkeep, PostgresWorkflows):
+class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
     """The Store port over PostgreSQL. The only place brooq writes jobs with SQL.
 
     ``source`` is a DSN (one lazily opened connection), a psycopg_pool
@@ -157,12 +158,15 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics``: one guarded statement, SKIP LOCKED.
 
+        Paused topics are left out (as read at most PAUSE_REFRESH_S ago).
+
         Topics in ``limits`` (max_running) or ``rates`` (rate_limit) are
         claimed under a per-topic transaction lock, so the cap and the rate
         hold across every host. Free and limited topics take turns to go
         first, so neither group starves the other.
         """
         caps, rated = limits or {}, rates or {}
+        topics = self.pause_view.active(topics)
         free = [t for t in topics if t not in caps and t not in rated]
         capped = [t for t in topics if t in caps or t in rated]
         self._turn = not self._turn

@@ -151,6 +151,7 @@ class Supervisor(Wiring):
         self.kill_hung(now)
         self.keep_leases(now)
         self.release_stale(now)
+        self.keep_pauses(now)
         self.dispatch(now)
         self.claim(now)
         self.maintain(now)
@@ -266,6 +267,7 @@ class Supervisor(Wiring):
         if self.notices.fileno() not in self.readable:
             return
         heard = self.notices.read()
+        self.paused.heard(heard.pauses)
         self.producer.heard(heard.topics)
         for job_id in heard.canceled:
             self.held.canceled(job_id)
@@ -315,6 +317,12 @@ class Supervisor(Wiring):
     def release_stale(self, now: float) -> None:
         """Jobs that waited too long in a buffer go back to pending, uncharged."""
         self.held.release(self.producer.stale(now), "waited too long in the buffer")
+
+    def keep_pauses(self, now: float) -> None:
+        """Read the paused topics when due; jobs of a paused topic that a claim brought
+        meanwhile go back uncharged before any reaches a worker."""
+        self.paused.run_once(now)
+        self.held.release(self.producer.take_topics(self.paused.topics), "its topic was paused")
 
     def dispatch(self, now: float) -> None:
         """Buffered jobs to idle workers."""
@@ -375,21 +383,17 @@ class Supervisor(Wiring):
 
     def register(self, now: float) -> None:
         """Keep this supervisor's row in brooq_supervisor current (`brooq workers`)."""
-        self.registration.run_once(
-            now,
-            workers=list(self.children.values()),
-            topics=self.served(),
-            stopping=bool(self.stopping),
-        )
+        workers, stopping = list(self.children.values()), bool(self.stopping)
+        self.registration.run_once(now, workers=workers, topics=self.served(), stopping=stopping)
 
     def publish_health(self, now: float) -> None:
         """The verdict /healthz serves until the next tick."""
         if self.surface is not None:
             answering = self.db.answering(now, DATABASE_SILENT_S)
-            oldest = self.completer.oldest()
-            unwritten = 0.0 if oldest is None else now - oldest
+            unwritten = now - (self.completer.oldest() or now)
             children, slots = self.children.values(), len(self.slots)
-            self.surface.publish(*health(self.stopping, answering, children, slots, unwritten))
+            verdict = health(self.stopping, answering, children, slots, unwritten)
+            self.surface.publish(*verdict, paused=tuple(sorted(self.paused.topics)))
 
     def parent_fds(self) -> list[int]:
         """The descriptors only the parent may use: closed in every new worker."""

@@ -394,8 +394,7 @@ def worker_main(
     except BaseException:
         traceback.print_exc()
     finally:
-        # os._exit skips atexit: what a middleware buffers (spans) is flushed here.
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(BaseException):  # _exit skips atexit: flush middleware (spans)
             queue.registry.middleware.process_exit()
         osproc.flush_stdio()  # what a handler printed must reach the log: _exit skips it
         os._exit(code)

@@ -1,4 +1,4 @@
-"""The supervisor's one LISTEN: new jobs and cancels, heard on a thread of its own.
+"""The supervisor's one LISTEN: new jobs, cancels and pauses, heard on a thread of its own.
 
 The thread blocks on the LISTEN connection (reconnecting with a backoff while
 the database is away) and hands what it hears to the loop through a queue
@@ -34,7 +34,7 @@ class Notices:
     def __init__(
         self, dsn: str | None, poll_interval: timedelta = WAIT, pooled: bool = False
     ) -> None:
-        self.listener = Listener(dsn, pooled=pooled)
+        self.listener = Listener(dsn, pauses=True, pooled=pooled)
         self._heard: queue.SimpleQueue[Heard] = queue.SimpleQueue()
         self._stop = threading.Event()
         self._read, self._write = os.pipe()
@@ -61,8 +61,7 @@ class Notices:
                 more = self._heard.get_nowait()
             except queue.Empty:
                 return heard
-            heard.topics |= more.topics
-            heard.canceled |= more.canceled
+            heard.merge(more)
 
     def _serve(self) -> None:
         backoff = 0.2

@@ -286,6 +286,19 @@ class Producer:
                     return item.claimed
         return None
 
+    def take_topics(self, topics: frozenset[str]) -> list[Claimed]:
+        """Remove and return the buffered jobs of ``topics`` (paused)."""
+        out: list[Claimed] = []
+        if not topics:
+            return out
+        for state in self.groups.values():
+            if not topics.intersection(state.topics) or not state.buffer:
+                continue
+            out += [b.claimed for b in state.buffer if b.claimed.topic in topics]
+            state.buffer = deque(b for b in state.buffer if b.claimed.topic not in topics)
+            state.oldest = min((b.since for b in state.buffer), default=float("inf"))
+        return out
+
     def stale(self, now: float) -> list[Claimed]:
         """Remove and return the jobs that waited in a buffer longer than ``max_wait``."""
         out: list[Claimed] = []

@@ -81,9 +81,9 @@ class Surface:
         """Serve in the server's threads."""
         self.service.start()
 
-    def publish(self, healthy: bool, reason: str) -> None:
-        """The loop's verdict for /healthz, once per tick."""
-        self.board.publish(healthy, reason)
+    def publish(self, healthy: bool, reason: str, paused: tuple[str, ...] = ()) -> None:
+        """The loop's verdict for /healthz, once per tick, and the paused topics it names."""
+        self.board.publish(healthy, reason, paused)
 
     def asked_since(self, since: float) -> bool:
         """True when /healthz was read after ``since``: worth a fresh look at the database."""

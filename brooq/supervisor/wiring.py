@@ -29,6 +29,7 @@ from brooq.supervisor.exits import Exits
 from brooq.supervisor.held import HeldJobs
 from brooq.supervisor.leases import Holdings, LeaseKeeper
 from brooq.supervisor.notices import Notices
+from brooq.supervisor.pauses import PausedTopics
 from brooq.supervisor.processes import Processes
 from brooq.supervisor.registration import Registration
 from brooq.supervisor.slots import SlotState
@@ -136,6 +137,13 @@ class Wiring:
                 started,  # the app in service (reload)
             ),
         )
+        self.paused = PausedTopics(
+            self.claims_store, self.db.claims, self.claims_store.pause_view, self.pause_held
+        )
+        try:  # known from the first claim and the first scrape of /healthz
+            self.paused.apply(self.claims_store.pauses())
+        except Exception:  # the database is away: the loop reads them again soon
+            log.debug("paused topics not read at start", exc_info=True)
         self.maintenance = services.build_maintenance(
             s, self.queue.schedules, store=self.store, writes=self.db.writes, metrics=self.metrics
         )
@@ -145,6 +153,16 @@ class Wiring:
             holder=self.holder,
             app=self.name,
         )
+
+    def pause_held(self, topics: set[str]) -> None:
+        """Give back, uncharged, every job of ``topics`` held here and not started (in the
+        buffer or queued in a worker); the running ones finish."""
+        unstarted = [
+            claimed
+            for job_id, held in list(self.holdings.jobs.items())
+            if held.topic in topics and (claimed := self.dispatcher.withdraw(job_id)) is not None
+        ]
+        self.held.release(unstarted, "its topic was paused")
 
     def close_parts(self) -> None:
         """Let the lanes finish what is queued (5 s at most), then close the connections."""

@@ -46,10 +46,18 @@ class HealthBoard:
         self.stale_after = stale_after
         self._snapshot: tuple[bool, str, float] = (False, "starting", time.monotonic())
         self._asked_at = 0.0
+        self.paused: tuple[str, ...] = ()
+        """The topics paused across every host, as the loop last read them (/healthz says
+        which: a paused topic is an operator's choice, not a fault)."""
 
-    def publish(self, ok: bool, reason: str) -> None:
-        """Called by the loop (every tick): the current verdict."""
+    def publish(self, ok: bool, reason: str, paused: tuple[str, ...] = ()) -> None:
+        """Called by the loop (every tick): the current verdict, and the paused topics."""
         self._snapshot = (ok, reason, time.monotonic())
+        self.paused = paused
+
+    def paused_topics(self) -> list[str]:
+        """The paused topics last published (thread-safe: one tuple rebound)."""
+        return list(self.paused)
 
     def asked_since(self, since: float) -> bool:
         """True when /healthz was read after ``since`` (time.monotonic())."""
@@ -76,6 +84,8 @@ class ServiceEndpoints:
     token: str | None
     throttle: GuessThrottle | None = None
     """Counts (and logs) wrong bearer tokens; shared with the dashboard of the same server."""
+    paused: Callable[[], Sequence[str]] = tuple
+    """The paused topics /healthz names (none by default)."""
 
 
 def service_routes(router: Router, endpoints: ServiceEndpoints) -> Router:
@@ -86,7 +96,8 @@ def service_routes(router: Router, endpoints: ServiceEndpoints) -> Router:
 
     def healthz(request: Request) -> Response:
         ok, reason = endpoints.health()
-        return Response.json(200 if ok else 503, {"ok": ok, "reason": reason})
+        body = {"ok": ok, "reason": reason, "paused": list(endpoints.paused())}
+        return Response.json(200 if ok else 503, body)
 
     def get_job(request: Request) -> Response:
         return _guarded(request, endpoints, endpoints.get_job)
@@ -157,6 +168,7 @@ class ServiceSurface:
         endpoints = ServiceEndpoints(
             metrics=lambda: prom.render(scraped, supervisor_pid),
             health=health.read,
+            paused=health.paused_topics,
             get_job=self.get_job,
             cancel_job=self.cancel_job,
             token=token,

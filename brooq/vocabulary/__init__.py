@@ -34,6 +34,7 @@ from brooq.vocabulary.ids import new_job_id, new_job_ids, parse_job_id
 from brooq.vocabulary.job import IDEMPOTENCY_KEY_MAX_LENGTH, Enqueued, Job, JobRecord
 from brooq.vocabulary.options import BUILTIN_KIND_DEFAULTS, JOB_OVERRIDES, KindOptions
 from brooq.vocabulary.parents import IF_PARENT_FAILS, HasJobId, IfParentFails, Parent
+from brooq.vocabulary.pause import PAUSE_REASON_MAX_CHARS, TopicPause, pause_request
 from brooq.vocabulary.payload import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     decode_payload,
@@ -68,6 +69,7 @@ __all__ = [
     "MAX_RATE_COUNT",
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
+    "PAUSE_REASON_MAX_CHARS",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
     "AttemptTimedOut",
@@ -115,6 +117,7 @@ __all__ = [
     "State",
     "StoreUnavailable",
     "Topic",
+    "TopicPause",
     "Workflow",
     "coerce_duration",
     "decode_payload",
@@ -130,5 +133,6 @@ __all__ = [
     "parse_duration",
     "parse_job_id",
     "parse_rate_limit",
+    "pause_request",
     "topic_problem",
 ]

@@ -414,7 +414,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "config": {"vocabulary", "engine", "postgres"},
     "testing": {"vocabulary", "engine"},
     "integrations": {"vocabulary", "postgres"},
-    "queue": {"vocabulary", "engine", "postgres", "config"},
+    "pausing": {"vocabulary", "engine"},
+    "queue": {"vocabulary", "engine", "postgres", "config", "pausing"},
     "app": {"vocabulary", "engine", "queue"},
     "surface": {"vocabulary", "engine", "postgres", "config", "metrics", "osproc", "logs", "queue"},
     "inprocess": {

@@ -62,10 +62,13 @@ def routes(
 
 
 def test_healthz_and_metrics_keep_their_shapes() -> None:
-    assert call(routes(), "GET", "/healthz") == (200, {"ok": True, "reason": "2 workers running"})
+    assert call(routes(), "GET", "/healthz") == (
+        200,
+        {"ok": True, "reason": "2 workers running", "paused": []},
+    )
     assert call(routes(health=(False, "stopping (graceful)")), "GET", "/healthz") == (
         503,
-        {"ok": False, "reason": "stopping (graceful)"},
+        {"ok": False, "reason": "stopping (graceful)", "paused": []},
     )
     response = routes().dispatch(Request("GET", "/metrics", "/metrics", {}, ()))
     assert response.status == 200 and response.body == b"# metrics\n"

@@ -34,8 +34,10 @@ from brooq.vocabulary import (
     RateLimit,
     SettleHook,
     State,
+    TopicPause,
     Workflow,
     new_job_ids,
+    pause_request,
 )
 
 
@@ -107,9 +109,10 @@ class InMemoryStore(FakeUpkeep):
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
     ) -> ClaimedBatch:
-        """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits`` and
-        the ``rates``' buckets (on the store's clock)."""
+        """Take up to ``limit`` ready rows of ``topics`` that are not paused, best first,
+        within ``limits`` and the ``rates``' buckets (on the store's clock)."""
         with self._lock:
+            topics = [t for t in topics if t not in self.paused]
             now, limits = self.now(), limits or {}
             rates = {t: r for t, r in (rates or {}).items() if t in topics}
             running = Counter(r.topic for r in self.rows.values() if r.state is State.PROCESSING)
@@ -193,6 +196,28 @@ class InMemoryStore(FakeUpkeep):
             row.overrides,
             None if row.trace_context is None else json.dumps(row.trace_context),
         )
+
+    def pause(self, topic: str, reason: str | None = None, by: str | None = None) -> TopicPause:
+        """Pause ``topic`` (as the PostgreSQL store: the first ``paused_at`` is kept)."""
+        checked, reason = pause_request(topic, reason)
+        with self._lock:
+            was = self.paused.get(checked)
+            pause = TopicPause(
+                str(checked), reason, was.paused_at if was else self.now(), by or "brooq"
+            )
+            self.paused[str(checked)] = pause
+            return pause
+
+    def resume(self, topic: str) -> TopicPause | None:
+        """Lift the pause of ``topic``; the pause lifted, or None."""
+        checked, _ = pause_request(topic, None)
+        with self._lock:
+            return self.paused.pop(str(checked), None)
+
+    def pauses(self) -> list[TopicPause]:
+        """Every paused topic, by name."""
+        with self._lock:
+            return [self.paused[t] for t in sorted(self.paused)]
 
     def declare_rates(self, rates: Mapping[str, RateLimit]) -> None:
         """Record each topic's rate limit in its bucket (created full), tokens untouched."""

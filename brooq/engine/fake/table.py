@@ -20,6 +20,7 @@ from brooq.vocabulary import (
     JobNotFound,
     JobRecord,
     State,
+    TopicPause,
     decode_payload,
     encode_payload,
     new_job_id,
@@ -36,6 +37,8 @@ class FakeTable:
         """Statements that committed settle hooks ran on their RecordingConnection."""
         self.buckets = Buckets()
         """The rate limits' buckets (the ``brooq_rate_limit`` table)."""
+        self.paused: dict[str, TopicPause] = {}
+        """Paused topics (the ``brooq_topic_pause`` table)."""
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)

@@ -1,5 +1,5 @@
 """The dashboard's actions (POST, the token's holder only): retry and cancel one job, retry
-or purge the filtered ones.
+or purge the filtered ones, pause and resume a topic.
 
 An action first answers a confirmation page; only the form posted from it
 with ``confirm=yes`` changes anything.
@@ -16,7 +16,7 @@ from brooq.surface.dashboard.forms import FILTER_FIELDS, back, confirmed, query_
 from brooq.surface.dashboard.pages import DashboardPorts
 from brooq.surface.dashboard.render import Screen
 from brooq.surface.wire import Request, Response
-from brooq.vocabulary import InvalidInput, State
+from brooq.vocabulary import InvalidInput, State, pause_request
 
 MAX_ROWS_PER_ACTION = 5000
 """A bulk action from the page changes at most this many rows (repeat it for more)."""
@@ -75,6 +75,42 @@ class Actions:
         return redirect(
             target, "canceled" if canceled else f"not canceled: the job is already {record.state}"
         )
+
+    def pause_topic(self, request: Request, ports: DashboardPorts) -> Response:
+        """Pause a topic on every host (with the reason posted), after a confirmation."""
+        form, refused = self._authorize(request)
+        if refused:
+            return refused
+        topic, reason = request.params["topic"], (form.get("reason") or [""])[0]
+        try:
+            pause_request(topic, reason)
+        except InvalidInput as exc:
+            return self.screen.message(request, 400, "Bad pause", str(exc))
+        if not confirmed(form):
+            return self._confirm(
+                request,
+                f"Pause topic {topic}? No supervisor starts a new job of it until it is "
+                "resumed; running jobs finish.",
+                "pause",
+                [("reason", reason)],
+            )
+        ports.admin.pause(topic, reason or None, by="the dashboard")
+        return redirect("/ui", f"paused {topic}: no new job of it starts on any host")
+
+    def resume_topic(self, request: Request, ports: DashboardPorts) -> Response:
+        """Resume a paused topic, after a confirmation."""
+        form, refused = self._authorize(request)
+        if refused:
+            return refused
+        topic = request.params["topic"]
+        try:
+            pause_request(topic, None)
+        except InvalidInput as exc:
+            return self.screen.message(request, 400, "Bad resume", str(exc))
+        if not confirmed(form):
+            return self._confirm(request, f"Resume topic {topic}?", "resume", [])
+        lifted = ports.admin.resume(topic)
+        return redirect("/ui", f"resumed {topic}" if lifted else f"{topic} was not paused")
 
     def retry_filtered(self, request: Request, ports: DashboardPorts) -> Response:
         """Retry every dead (or canceled) job the posted filters match."""

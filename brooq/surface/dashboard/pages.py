@@ -32,17 +32,19 @@ class Pages:
         self.screen = screen
 
     def overview(self, request: Request, ports: DashboardPorts) -> Response:
-        """Counts per topic × state, oldest ready age, rate limits, throughput, live workers."""
+        """Counts per topic × state, oldest ready age, paused topics (with the buttons that
+        pause and resume), rate limits, throughput, live workers."""
         inspection = ports.inspection
         depth = inspection.depth()
         ready = inspection.oldest_ready()
         rates = inspection.rate_limits()
+        pauses = {p.topic: p for p in inspection.pauses()}
         minutes = inspection.throughput(CHART_WINDOW)
         supervisors, skipped = _live(inspection)
         counts: dict[str, dict[str, int]] = {}
         for row in depth:
             counts.setdefault(row.topic, dict.fromkeys(STATES, 0))[row.state] = row.jobs
-        for topic in ready:
+        for topic in [*ready, *pauses]:
             counts.setdefault(topic, dict.fromkeys(STATES, 0))
         served = {t for s in supervisors or [] for t in s.topics}
         unserved = sorted(t for t in ready if t not in served) if supervisors is not None else []
@@ -55,6 +57,7 @@ class Pages:
             totals=totals,
             ready=ready,
             rates=rates,
+            pauses=pauses,
             unserved=unserved,
             supervisors=supervisors,
             skipped=skipped,

@@ -39,6 +39,8 @@ SECURITY_HEADERS = [
     ("Referrer-Policy", "same-origin"),
 ]
 JOB_ID = r"(?P<job_id>[0-9a-fA-F-]{1,64})"
+TOPIC = r"(?P<topic>[a-z0-9_.-]{1,128})"
+"""What may name a topic in a path (checked again as a Topic by the action)."""
 STATIC = {
     "dashboard.css": "text/css; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
@@ -79,6 +81,8 @@ class Dashboard:
         router.add("POST", "/ui/jobs/purge", reads(actions.purge_filtered))
         router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/retry", reads(actions.retry_one))
         router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/cancel", reads(actions.cancel_one))
+        router.add_pattern("POST", f"/ui/topics/{TOPIC}/pause", reads(actions.pause_topic))
+        router.add_pattern("POST", f"/ui/topics/{TOPIC}/resume", reads(actions.resume_topic))
         router.add(("GET", "POST"), "/ui/login", self._page(self.login))
         router.add("POST", "/ui/logout", self._page(self.logout))
         router.add_pattern("GET", r"/ui/static/(?P<name>[a-z]+\.(?:css|js))", static)
