@@ -10,6 +10,7 @@ that same transaction.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +23,24 @@ from brooq.postgres.sql import sql
 from brooq.vocabulary import RateLimit
 
 DEADLOCK_RETRIES = 5
+KEYS_PER_CLAIM = 128
+"""The most keys (rate_key) one claim of a keyed, rate-limited topic visits: its cost stays
+that of 128 short index probes however many keys have ready jobs; the next claim goes on
+where this one stopped, so every key gets its turn."""
+UNKEYED_LOOK_S = 1.0
+"""A rate-limited topic whose last claim found no job without a key looks for one again
+after this long (the look passes over every keyed job of the topic): a job enqueued
+without a key into a topic of keyed jobs waits up to this much longer."""
+
+
+@dataclass
+class KeyWalk:
+    """What the claims of one keyed, rate-limited topic remember between claims."""
+
+    after: str = ""
+    """The key after which the next walk over the keys starts ('': the first)."""
+    unkeyed_at: float = 0.0
+    """Look for jobs without a key from this time on (monotonic)."""
 
 
 def claim_limited(
@@ -32,9 +51,11 @@ def claim_limited(
     limit: int,
     max_running: int | None,
     rate: RateLimit | None,
+    walks: dict[str, KeyWalk] | None = None,
 ) -> tuple[list[Claimed], float | None]:
     """Up to ``limit`` jobs of ``topic`` within its limits; and, when the rate limit cut the
-    claim short, the seconds until a key that waits for it has a token again."""
+    claim short, the seconds until a key that waits for it has a token again. ``walks``
+    keeps, per topic, the key after which the next claim's walk over the keys starts."""
     if rate is None:
         assert max_running is not None
         params: dict[str, Any] = {
@@ -47,7 +68,8 @@ def claim_limited(
         with connector.connection() as conn, conn.transaction():
             conn.execute(sql("lock_topic"), {"topic": topic})
             return claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder), None
-    return _claim_rated(connector, holder, topic, lease, limit, max_running, rate)
+    walk = (walks if walks is not None else {}).setdefault(topic, KeyWalk())
+    return _claim_rated(connector, holder, topic, lease, limit, max_running, rate, walk)
 
 
 def _claim_rated(
@@ -58,7 +80,9 @@ def _claim_rated(
     limit: int,
     max_running: int | None,
     rate: RateLimit,
+    walk: KeyWalk,
 ) -> tuple[list[Claimed], float | None]:
+    looks = time.monotonic() >= walk.unkeyed_at
     params = {
         "holder": holder,
         "lease": lease,
@@ -69,6 +93,9 @@ def _claim_rated(
         "per": rate.per,
         "per_us": rate.interval_us,
         "burst": rate.burst,
+        "after": walk.after,
+        "most": KEYS_PER_CLAIM,
+        "unkeyed": looks,
     }
     for attempt in range(DEADLOCK_RETRIES):
         try:
@@ -82,6 +109,7 @@ def _claim_rated(
             if attempt == DEADLOCK_RETRIES - 1:
                 raise
             time.sleep(0.001 * (attempt + 1))
-    wait = rows[0][9] if rows else None
-    claimed = claimed_rows((r[:8] for r in rows if r[0] is not None), holder)
-    return claimed, wait
+    wait, walk.after, found = rows[0][:3] if rows else (None, "", None)
+    if found is not None:
+        walk.unkeyed_at = 0.0 if found else time.monotonic() + UNKEYED_LOOK_S
+    return claimed_rows((r[3:] for r in rows if r[3] is not None), holder), wait

@@ -381,33 +381,59 @@ GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
 -- the database's, read once after the lock was granted.
 -- A bucket is GCRA's "full at" time: it holds burst - ceil(deficit * rate / per)
 -- tokens; n tokens push full_at to max(full_at, now) + ceil(n * per / rate).
--- Keys (job.rate_key) each have a bucket: the distinct keys with claimable rows
--- are walked on job_rate_key_idx (one short probe per key), the head of every
--- key with tokens is taken, then the best of those heads, so a busy key never
--- starves the others. Rows of keys whose bucket is full again are deleted.
--- Returns the claimed rows and, on every row (one row of NULLs when none was
--- claimed), wait_s: the seconds until a key that still has ready jobs but no
--- token gets one (NULL: no key waits for the limit).
+-- Keys (job.rate_key) each have a bucket. A claim visits at most `most` of the
+-- distinct keys with claimable rows, walked on job_rate_key_idx (one short probe
+-- per key) from the key after `after` (where the previous claim of the topic
+-- stopped) to the end, then from the first key, so its cost never grows with the
+-- number of keys and every key gets its turn. The head of every visited key with
+-- tokens is taken, then the best of those heads, so a busy key never starves the
+-- others. Rows of keys whose bucket is full again are deleted (`most` at a time).
+-- Jobs without a key are looked for only while `unkeyed` (see limited.py).
+-- Returns, on every row (one row of NULL jobs when none was claimed): wait_s, the
+-- seconds until a visited key that still has ready jobs but no token gets one (NULL:
+-- none waits for the limit); next_after, where the next claim's walk starts ('': the
+-- first key); unkeyed_found; then the claimed job's claimed_columns.
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS t
-), keys AS (
+), ahead AS (
     (SELECT rate_key FROM job
-     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
+     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key > %(after)s
      ORDER BY rate_key
      LIMIT 1)
     UNION ALL
     SELECT (SELECT next.rate_key FROM job AS next
             WHERE next.topic = %(topic)s AND next.state IN ('pending', 'failed')
-              AND next.rate_key > keys.rate_key
+              AND next.rate_key > ahead.rate_key
             ORDER BY next.rate_key
             LIMIT 1)
-    FROM keys
-    WHERE keys.rate_key IS NOT NULL
+    FROM ahead
+    WHERE ahead.rate_key IS NOT NULL
+), behind AS (
+    (SELECT rate_key FROM job
+     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
+       AND rate_key <= %(after)s
+     ORDER BY rate_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT next.rate_key FROM job AS next
+            WHERE next.topic = %(topic)s AND next.state IN ('pending', 'failed')
+              AND next.rate_key > behind.rate_key AND next.rate_key <= %(after)s
+            ORDER BY next.rate_key
+            LIMIT 1)
+    FROM behind
+    WHERE behind.rate_key IS NOT NULL
+), keys AS MATERIALIZED (
+    -- Lazily: the walk stops after `most` keys (behind is read only if ahead ran out).
+    SELECT walk.rate_key, row_number() OVER () AS seq
+    FROM (SELECT rate_key FROM ahead WHERE rate_key IS NOT NULL
+          UNION ALL
+          SELECT rate_key FROM behind WHERE rate_key IS NOT NULL
+          LIMIT %(most)s) AS walk
 ), buckets AS MATERIALIZED (
     SELECT k.key, bucket.full_at,
            GREATEST(0, %(burst)s - ceil({{bucket_deficit_us}} * %(rate)s / %(per_us)s))::int
                AS tokens
-    FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys WHERE rate_key IS NOT NULL) AS k
+    FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys) AS k
     CROSS JOIN clock
     LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
 ), keyed AS (
@@ -422,10 +448,13 @@ WITH RECURSIVE clock AS MATERIALIZED (
     ) AS head
     WHERE b.key <> '' AND b.tokens > 0
 ), unkeyed AS (
+    -- Not looked for (LIMIT 0 runs no scan) while `unkeyed` is false: the caller's last
+    -- look found no job without a key, and this scan would pass over every keyed one.
     SELECT id, priority, available_at FROM job
     WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
     ORDER BY {{claim_order}}
-    LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+    LIMIT CASE WHEN %(unkeyed)s THEN LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+               ELSE 0 END
     FOR NO KEY UPDATE SKIP LOCKED
 ), chosen AS (
     SELECT id FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
@@ -467,18 +496,25 @@ WITH RECURSIVE clock AS MATERIALIZED (
         SELECT topic, key FROM brooq_rate_limit, clock
         WHERE topic = %(topic)s AND key <> '' AND full_at <= clock.t
           AND key NOT IN (SELECT key FROM used)
+        LIMIT %(most)s
         FOR UPDATE OF brooq_rate_limit SKIP LOCKED)
-), waits AS (
-    SELECT min(EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at) - clock.t)
-               - floor((%(burst)s - 1) * %(per_us)s::numeric / %(rate)s) / 1000000)::float8
-               AS wait_s
+), starved AS MATERIALIZED (
+    -- The buckets left without a whole token: only these are asked for ready jobs below.
+    SELECT b.key, COALESCE(spent.full_at, b.full_at) AS full_at
     FROM buckets AS b
     CROSS JOIN clock
     LEFT JOIN spent ON spent.key = b.key
     WHERE %(burst)s - ceil(GREATEST(0, EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at)
                                               - clock.t) * 1000000)
                            * %(rate)s / %(per_us)s) < 1
-      AND CASE WHEN b.key = ''
+      AND (b.key <> '' OR %(unkeyed)s)
+), waits AS (
+    SELECT min(EXTRACT(EPOCH FROM b.full_at - clock.t)
+               - floor((%(burst)s - 1) * %(per_us)s::numeric / %(rate)s) / 1000000)::float8
+               AS wait_s
+    FROM starved AS b
+    CROSS JOIN clock
+    WHERE CASE WHEN b.key = ''
                THEN (SELECT id FROM job
                      WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
                        AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
@@ -490,11 +526,22 @@ WITH RECURSIVE clock AS MATERIALIZED (
                      ORDER BY {{claim_order}}
                      LIMIT 1)
           END IS NOT NULL
+), walked AS (
+    -- A walk cut at `most` keys goes on after its last key; a whole walk starts over.
+    SELECT CASE WHEN count(*) < %(most)s THEN ''
+                ELSE (SELECT rate_key FROM keys ORDER BY seq DESC LIMIT 1)
+           END AS next_after,
+           -- Whether jobs without a key were found (NULL: not looked for, or no token).
+           CASE WHEN %(unkeyed)s AND (SELECT tokens FROM buckets WHERE key = '') > 0
+                THEN EXISTS (SELECT FROM unkeyed) END AS unkeyed_found
+    FROM keys
 )
-SELECT claimed.id, claimed.topic, claimed.payload, claimed.attempts, claimed.expirations,
-       claimed.locked_until, claimed.priority, claimed.available_at, claimed.rate_key,
-       waits.wait_s
-FROM waits LEFT JOIN claimed ON true
+SELECT waits.wait_s, walked.next_after, walked.unkeyed_found, claimed.id, claimed.topic,
+       claimed.payload, claimed.attempts, claimed.expirations, claimed.locked_until,
+       claimed.priority, claimed.available_at, claimed.max_attempts, claimed.attempt_timeout,
+       claimed.max_execution_timeout, claimed.backoff_base, claimed.backoff_max,
+       claimed.trace_context
+FROM waits CROSS JOIN walked LEFT JOIN claimed ON true
 
 -- name: settle
 -- Write the outcome of one attempt, if this holder still holds this attempt,

@@ -22,7 +22,7 @@ from brooq.engine.store import (
 from brooq.postgres.behind import on_callers_connection
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
-from brooq.postgres.limited import claim_limited
+from brooq.postgres.limited import KeyWalk, claim_limited
 from brooq.postgres.pausing import PostgresPauses
 from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
 from brooq.postgres.rows import (
@@ -77,6 +77,8 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         )
         self._secrets = passwords_of(source)
         self._turn = False
+        self._walks: dict[str, KeyWalk] = {}
+        """Per keyed, rate-limited topic: where its next claim's walk over keys starts."""
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
         self._listen_dsn = listen_dsn if listen_dsn != "auto" else _listen_dsn_of(source)
@@ -215,6 +217,7 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
                 wanted - len(out),
                 limits.get(topic),
                 rates.get(topic),
+                self._walks,
             )
             out.extend(claimed)
             if wait is not None:

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from brooq.engine.outcome import DONE
+from brooq.postgres.limited import KEYS_PER_CLAIM
 from brooq.postgres.sql import sql
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job, RateLimit
@@ -162,6 +163,9 @@ def test_the_rated_claim_uses_the_indexes_and_never_scans_the_table(
         "per": timedelta(seconds=1),
         "per_us": 1_000_000,
         "burst": 20,
+        "after": "",
+        "most": KEYS_PER_CLAIM,
+        "unkeyed": True,
     }
     row = big_keyed_queue.execute(
         "EXPLAIN (FORMAT JSON) " + sql("claim_topic_rated"), params
@@ -187,3 +191,58 @@ def _nodes(plan: dict[str, Any]) -> Any:
     yield plan
     for child in plan.get("Plans", []):
         yield from _nodes(child)
+
+
+def _keyed_jobs(pg: psycopg.Connection[Any], topic: str, keys: int) -> None:
+    """One pending job per key ``k000001``…, enqueued in key order."""
+    pg.execute(
+        "INSERT INTO job (topic, rate_key, available_at) "
+        "SELECT %s, 'k' || lpad(n::text, 6, '0'), now() - interval '1 minute' + n * interval "
+        "'1 microsecond' FROM generate_series(1, %s) AS n",
+        (topic, keys),
+    )
+    pg.execute("ANALYZE job")
+
+
+@pytest.mark.timeout(120)
+def test_a_claim_visits_a_bounded_number_of_keys_however_many_have_jobs(
+    dsn: str, pg: psycopg.Connection[Any]
+) -> None:
+    """Issue 32, item 4: 100,000 distinct keys made a claim walk every one of them (1.5 s) and
+    stall every other topic. A claim now visits KEYS_PER_CLAIM keys and says where the next
+    one goes on; the cost of a claim is that of the bounded walk, however many keys wait."""
+    _keyed_jobs(pg, "api", 100_000)
+    store = PostgresStore(dsn)
+    try:
+        rates = {"api": RateLimit(1000, timedelta(seconds=1), 1000)}
+        took = []
+        for _ in range(3):
+            started = time.monotonic()
+            batch = store.claim_many("w1", ["api"], LEASE, 10, None, rates)
+            took.append(time.monotonic() - started)
+            assert len(batch) == 10
+        # Each walk stopped after KEYS_PER_CLAIM keys, the next one going on from there.
+        assert store._walks["api"].after == f"k{3 * KEYS_PER_CLAIM:06d}"
+        print(f"claims of 10 among 100,000 keys took {[round(t * 1000, 1) for t in took]} ms")
+    finally:
+        store.close()
+
+
+@pytest.mark.timeout(60)
+def test_every_key_gets_its_turn_and_no_claim_comes_back_short(
+    dsn: str, pg: psycopg.Connection[Any]
+) -> None:
+    keys = 3 * KEYS_PER_CLAIM + 7  # the walk wraps around to the first keys
+    _keyed_jobs(pg, "api", keys)
+    store = PostgresStore(dsn)
+    try:
+        rates = {"api": RateLimit(10_000, timedelta(seconds=1), 10_000)}
+        taken: list[str] = []
+        while len(taken) < keys:
+            batch = store.claim_many("w1", ["api"], LEASE, 50, None, rates)
+            assert len(batch) == min(50, keys - len(taken)), len(taken)  # work-conserving
+            taken += [c.id for c in batch]
+        assert len(set(taken)) == keys
+        assert store.claim_many("w1", ["api"], LEASE, 50, None, rates) == []
+    finally:
+        store.close()

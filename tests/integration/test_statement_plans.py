@@ -35,6 +35,11 @@ NOT_ON_JOB = {
     "listen_jobs": "LISTEN",
     "listen_cancels": "LISTEN",
     "listen_done": "LISTEN",
+    "listen_pauses": "LISTEN",
+    "pause_topic": "brooq_topic_pause",
+    "resume_topic": "brooq_topic_pause",
+    "topic_pauses": "brooq_topic_pause",
+    "paused_topic_names": "brooq_topic_pause",
     "ping": "SELECT 1",
     "lock_topic": "an advisory lock",
     "terminate_cut_backends": "pg_stat_activity",
@@ -78,6 +83,7 @@ OPERATOR_SCANS = {
     "list_jobs": "an operator's filter of any shape, newest first; bounded likewise",
     "retry_pick": "an operator's filter, a batch at a time",
     "cancel_jobs": "an operator's filter, a batch at a time",
+    "count_cancelable": "what an operator's bulk cancel left, counted once after its batches",
     "purge_jobs": "an operator's filter, a batch at a time",
 }
 
@@ -172,6 +178,7 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
         "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
         "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
+        "after": "", "unkeyed": True, "by": "ops",
         **control_params(Job("report.daily")),
         "workflow": None, "edges": json.dumps([{"parent_id": ids[0], "child_id": jobs[0]["id"],
         "parent_state": None}]),
@@ -180,7 +187,14 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         params["topics"] = ["report.daily"]
     if name in {"existing_keys", "free_orphan_keys"}:
         params["topics"] = ["report.daily", "email.send"]
-    if name in {"list_jobs", "count_jobs", "retry_pick", "cancel_jobs", "purge_jobs"}:
+    if name in {
+        "list_jobs",
+        "count_jobs",
+        "retry_pick",
+        "cancel_jobs",
+        "count_cancelable",
+        "purge_jobs",
+    }:
         params.update(topics=[], ids=[], since=now - timedelta(hours=1), state=None)
         if name == "retry_pick":
             params["state"] = "dead"

@@ -136,6 +136,7 @@ def test_status_json_is_one_object_with_every_section(
         "depth",
         "oldest_ready_s",
         "rate_limits",
+        "paused",
         "running",
         "dead_last_hour",
         "dead_last_hour_total",
