@@ -246,3 +246,15 @@ def test_every_key_gets_its_turn_and_no_claim_comes_back_short(
         assert store.claim_many("w1", ["api"], LEASE, 50, None, rates) == []
     finally:
         store.close()
+
+
+def test_a_rated_claim_carries_the_job_s_own_options_and_trace_context(dsn: str) -> None:
+    store = PostgresStore(dsn)
+    try:
+        context = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+        store.enqueue_many([Job("api", max_attempts=20, trace_context=context)])
+        (claimed,) = store.claim_many("w1", ["api"], LEASE, 5, None, {"api": RATE})
+        assert claimed.overrides is not None and claimed.overrides.max_attempts == 20
+        assert claimed.trace_context is not None and "traceparent" in claimed.trace_context
+    finally:
+        store.close()
