@@ -53,19 +53,22 @@ class PauseView:
         self.paused: frozenset[str] = frozenset()
         self.read_at = float("-inf")
 
+    def stale(self) -> bool:
+        """True once the view is older than ``every`` (the next claim reads it again)."""
+        return self.clock() - self.read_at >= self.every
+
+    def refresh(self) -> frozenset[str]:
+        """Read the paused topics now; what was read."""
+        paused = frozenset(self.load())
+        self.paused, self.read_at = paused, self.clock()
+        return paused
+
     def active(self, topics: Sequence[str]) -> list[str]:
         """``topics`` without the paused ones, read again first when the view is old."""
-        now = self.clock()
-        if now - self.read_at >= self.every:
-            self.paused, self.read_at = frozenset(self.load()), now
-        if not self.paused:
+        paused = self.refresh() if self.stale() else self.paused
+        if not paused:
             return list(topics)
-        return [t for t in topics if t not in self.paused]
-
-    def seen(self, paused: set[str]) -> None:
-        """The paused topics were just read elsewhere (a supervisor's loop keeps the view of
-        its claims store this way, so its claims never read them themselves)."""
-        self.paused, self.read_at = frozenset(paused), self.clock()
+        return [t for t in topics if t not in paused]
 
     def forget(self) -> None:
         """Read again before the next claim (this process just paused or resumed a topic)."""

@@ -1,8 +1,8 @@
 """Paused topics, as the supervisor knows them, and what a pause does to its jobs.
 
-The loop reads the paused topics every PAUSE_REFRESH_S on the claims lane (and at once
-when the LISTEN thread hears ``NOTIFY brooq_pause``). The claims store's own view is
-kept by these reads, so a claim never reads them itself. A topic newly paused gets
+The claims store reads the paused topics before a claim once its view is PAUSE_REFRESH_S
+old; the loop reads them on the claims lane when no claim did (an idle producer), and
+at once when the LISTEN thread hears ``NOTIFY brooq_pause``. A topic newly paused gets
 every job of it the supervisor holds unstarted (in the buffer, or queued in a worker)
 given back uncharged; jobs of it already running finish. A claim that was under way
 when the pause was read may still bring jobs of the topic: the loop gives those back
@@ -14,66 +14,60 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from brooq.engine.pauses import PAUSE_REFRESH_S, PauseView
-from brooq.engine.store import Store
+from brooq.engine.pauses import PauseView
 from brooq.logs import event
 from brooq.supervisor.database import Database
-from brooq.vocabulary import TopicPause
 
 log = logging.getLogger("brooq.supervisor")
 
 
 class PausedTopics:
-    """Reads the paused topics and applies what changed (``on_paused`` gets the topics
-    newly paused; the caller gives their unstarted jobs back)."""
+    """Keeps the claims store's view of the paused topics fresh and applies what changed
+    (``on_paused`` gets the topics newly paused; the caller gives their unstarted jobs
+    back). A claim reads the view again itself when it is old, so while the producer
+    claims, no read of its own is needed; this one reads only when the view grew old
+    without a claim, or when ``NOTIFY brooq_pause`` was heard."""
 
     def __init__(
-        self,
-        store: Store,
-        lane: Database,
-        view: PauseView,
-        on_paused: Callable[[set[str]], None],
-        every: float = PAUSE_REFRESH_S,
+        self, lane: Database, view: PauseView, on_paused: Callable[[set[str]], None]
     ) -> None:
-        self.store, self.lane, self.view = store, lane, view
-        self.on_paused, self.every = on_paused, every
-        self.pauses: dict[str, TopicPause] = {}
-        self.next_at = 0.0
+        self.lane, self.view, self.on_paused = lane, view, on_paused
+        self.applied: frozenset[str] = frozenset()
         self.asking = False
 
     @property
     def topics(self) -> frozenset[str]:
-        """The topics paused now, as last read."""
-        return self.view.paused
+        """The topics paused now, as the loop has applied them."""
+        return self.applied
 
     def heard(self, pauses: bool) -> None:
-        """``pauses``: NOTIFY brooq_pause was heard; read again at the next tick."""
+        """``pauses``: NOTIFY brooq_pause was heard; read again before the next claim."""
         if pauses:
-            self.next_at = 0.0
+            self.view.forget()
 
     def run_once(self, now: float) -> None:
-        """Read the paused topics when due (one read at a time)."""
-        if self.asking or now < self.next_at:
+        """Apply what the last read found; read when the view is old (one read at a time)."""
+        self.apply()
+        if self.asking or not self.view.stale():
             return
         self.asking = True
 
-        def done(pauses: list[TopicPause] | None, error: BaseException | None) -> None:
+        def done(_: object, error: BaseException | None) -> None:
             self.asking = False
-            self.next_at = now + self.every
-            if error is None and pauses is not None:
-                self.apply(pauses)
+            self.apply()
 
-        self.lane.submit("pauses", self.store.pauses, done)
+        self.lane.submit("pauses", self.view.refresh, done)
 
-    def apply(self, pauses: list[TopicPause]) -> None:
-        """Take in the paused topics just read: the claims' view, the log, the jobs held."""
-        was, now = self.pauses, {p.topic: p for p in pauses}
-        self.pauses = now
-        self.view.seen(set(now))
-        for topic in sorted(now.keys() - was.keys()):
-            p = now[topic]
-            event(log, "TopicPaused", topic=topic, reason=p.reason, by=p.paused_by)
-        for topic in sorted(was.keys() - now.keys()):
+    def apply(self) -> None:
+        """Take in the paused topics last read: the log, the jobs held."""
+        paused = self.view.paused
+        if paused == self.applied:
+            return
+        newly, lifted = paused - self.applied, self.applied - paused
+        self.applied = paused
+        for topic in sorted(newly):
+            event(log, "TopicPaused", topic=topic)
+        for topic in sorted(lifted):
             event(log, "TopicResumed", topic=topic)
-        if newly := now.keys() - was.keys():
+        if newly:
             self.on_paused(set(newly))

@@ -137,11 +137,10 @@ class Wiring:
                 started,  # the app in service (reload)
             ),
         )
-        self.paused = PausedTopics(
-            self.claims_store, self.db.claims, self.claims_store.pause_view, self.pause_held
-        )
-        try:  # known from the first claim and the first scrape of /healthz
-            self.paused.apply(self.claims_store.pauses())
+        self.paused = PausedTopics(self.db.claims, self.claims_store.pause_view, self.pause_held)
+        try:  # known from the first claim and the first answer of /healthz
+            self.claims_store.pause_view.refresh()
+            self.paused.apply()
         except Exception:  # the database is away: the loop reads them again soon
             log.debug("paused topics not read at start", exc_info=True)
         self.maintenance = services.build_maintenance(
