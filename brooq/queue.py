@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from brooq.vocabulary import (
     coerce_duration,
     holder_id,
 )
+from brooq.vocabulary import app_version as app_version_of
 from brooq.vocabulary.schedule import MissedRuns
 
 if TYPE_CHECKING:  # the types of the sources a Queue takes; psycopg itself stays in postgres/
@@ -65,7 +67,10 @@ class Queue:
     that needs the database connects (invariant 9). A DSN gets one connection
     used under a lock; give a pool to enqueue from many threads at once.
     ``middleware`` wraps every enqueue and handler run, the first outermost
-    (:meth:`use` adds more).
+    (:meth:`use` adds more). ``app_version`` (default: ``QUEUE_APP_VERSION`` from the
+    environment, else None) is stamped on every job this queue enqueues; a supervisor
+    claims only jobs of its own version and jobs with none (README, "Deploying a new
+    version"). None keeps every job unversioned: brooq as before versions.
     """
 
     def __init__(
@@ -79,8 +84,12 @@ class Queue:
         pgbouncer: bool = False,
         listen_url: str | None = None,
         middleware: Sequence[Middleware] = (),
+        app_version: str | None = None,
     ) -> None:
         self.source = source
+        self._app_version = app_version_of(
+            app_version if app_version is not None else os.environ.get("QUEUE_APP_VERSION")
+        )
         if pgbouncer:
             use_pgbouncer()  # before any connection: they are all opened lazily
         self.notify = notify
@@ -99,6 +108,7 @@ class Queue:
                 notify=notify,
                 max_payload_bytes=max_payload_bytes,
                 listen_dsn=listen_url or "auto",
+                app_version=self._app_version,
             )
         elif source is not None:
             self._store = cast(Store, source)  # what is left of the union
@@ -147,8 +157,22 @@ class Queue:
                 notify=self.notify,
                 max_payload_bytes=self.max_payload_bytes,
                 listen_dsn=self.listen_url or self._settings_listen_dsn(dsn),
+                app_version=self._app_version,
             )
         return self._store
+
+    @property
+    def app_version(self) -> str | None:
+        """The version this queue stamps on the jobs it enqueues (None: unversioned)."""
+        return self._app_version
+
+    @app_version.setter
+    def app_version(self, version: str | None) -> None:
+        # A supervisor sets its own (QUEUE_APP_VERSION from its settings) on the app's queue,
+        # so what its handlers enqueue is stamped as what it claims.
+        self._app_version = app_version_of(version)
+        if isinstance(self._store, PostgresStore):
+            self._store.app_version = self._app_version
 
     @staticmethod
     def _settings_listen_dsn(dsn: str) -> str | Literal["auto"] | None:
@@ -387,9 +411,14 @@ async def enqueue_async(
     *,
     notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app_version: str | None = None,
 ) -> Enqueued:
     """Enqueue one job on an asyncio connection, inside its open transaction (no queue:
-    no middleware; ``queue.enqueue_async`` goes through the queue's)."""
+    no middleware; ``queue.enqueue_async`` goes through the queue's), stamped with
+    ``app_version`` (None: unversioned)."""
+    version = app_version_of(app_version)
     return (
-        await enqueue_on_async(aconn, [job], notify=notify, max_payload_bytes=max_payload_bytes)
+        await enqueue_on_async(
+            aconn, [job], notify=notify, max_payload_bytes=max_payload_bytes, app_version=version
+        )
     )[0]

@@ -32,9 +32,11 @@ def claim_limited(
     limit: int,
     max_running: int | None,
     rate: RateLimit | None,
+    app_version: str | None = None,
 ) -> tuple[list[Claimed], float | None]:
-    """Up to ``limit`` jobs of ``topic`` within its limits; and, when the rate limit cut the
-    claim short, the seconds until a key that waits for it has a token again."""
+    """Up to ``limit`` jobs of ``topic`` (of ``app_version`` or none) within its limits; and,
+    when the rate limit cut the claim short, the seconds until a key that waits for it has a
+    token again."""
     if rate is None:
         assert max_running is not None
         params: dict[str, Any] = {
@@ -43,11 +45,12 @@ def claim_limited(
             "topic": topic,
             "limit": limit,
             "max_running": max_running,
+            "app_version": app_version,
         }
         with connector.connection() as conn, conn.transaction():
             conn.execute(sql("lock_topic"), {"topic": topic})
             return claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder), None
-    return _claim_rated(connector, holder, topic, lease, limit, max_running, rate)
+    return _claim_rated(connector, holder, topic, lease, limit, max_running, rate, app_version)
 
 
 def _claim_rated(
@@ -58,8 +61,10 @@ def _claim_rated(
     limit: int,
     max_running: int | None,
     rate: RateLimit,
+    app_version: str | None,
 ) -> tuple[list[Claimed], float | None]:
     params = {
+        "app_version": app_version,
         "holder": holder,
         "lease": lease,
         "topic": topic,

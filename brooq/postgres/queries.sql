@@ -10,6 +10,12 @@
 -- A row that may be claimed now. Matches the partial index job_claim_idx.
 state IN ('pending', 'failed') AND available_at <= now()
 
+-- fragment: served_version
+-- The jobs a claimer of app version %(app_version)s may take: its own and those with none
+-- (an unversioned claimer, %(app_version)s NULL, takes only jobs with none). A filter on
+-- the rows the claim's index scan reads, never a scan of its own.
+(app_version IS NULL OR app_version = %(app_version)s::text)
+
 -- fragment: claim_order
 -- Highest priority first, then available_at, then enqueue order (UUIDv7 ids).
 priority DESC, available_at, id
@@ -194,10 +200,10 @@ WITH keyed AS (
     RETURNING job_id
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
-                     {{control_columns}})
+                     app_version, {{control_columns}})
     SELECT %(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
            COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
-           %(rate_key)s::text, {{control_params}}
+           %(rate_key)s::text, %(app_version)s::text, {{control_params}}
     WHERE %(key)s::text IS NULL OR EXISTS (SELECT FROM keyed)
     RETURNING id, topic
 ), notified AS (
@@ -224,9 +230,9 @@ WITH input AS (
     RETURNING job_id
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
-                     {{control_columns}})
+                     app_version, {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           rate_key, {{control_columns}}
+           rate_key, %(app_version)s::text, {{control_columns}}
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic
@@ -247,10 +253,11 @@ JOIN (SELECT DISTINCT topic, key FROM input
 -- statement that reads the partitioned job would lock every partition of it each time).
 -- Ids come back as text: what the caller keeps, without parsing a uuid for each.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, {{control_columns}})
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, app_version,
+                     {{control_columns}})
     VALUES (%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb,
             COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
-            %(rate_key)s::text, {{control_params}})
+            %(rate_key)s::text, %(app_version)s::text, {{control_params}})
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
@@ -262,9 +269,10 @@ SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM insert
 -- Many jobs without idempotency keys, from one JSON array as enqueue_many: no key to write
 -- or look up.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, {{control_columns}})
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, app_version,
+                     {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), COALESCE(at, now()), priority, rate_key,
-           {{control_columns}}
+           %(app_version)s::text, {{control_columns}}
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
         AS input(id uuid, topic text, payload jsonb, at timestamptz, priority smallint,
                  rate_key text, {{controls_input}})
@@ -279,11 +287,11 @@ SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM insert
 -- name: copy_jobs
 -- A keyless batch streamed in COPY's text format (brooq.postgres.bulk): the columns named,
 -- so every other one takes its default (state, times, available_at = now()).
-COPY job (id, payload, topic, priority, rate_key) FROM STDIN
+COPY job (id, payload, topic, priority, rate_key, app_version) FROM STDIN
 
 -- name: copy_jobs_at
 -- copy_jobs for jobs that carry their own available_at.
-COPY job (id, payload, topic, priority, rate_key, available_at) FROM STDIN
+COPY job (id, payload, topic, priority, rate_key, app_version, available_at) FROM STDIN
 
 -- name: notify_topics
 -- The NOTIFYs of a batch written with COPY (which returns nothing to notify from): one
@@ -315,7 +323,7 @@ UPDATE job
 SET {{claim_set}}
 FROM unnest(ARRAY(
     SELECT id FROM job
-    WHERE {{ready}} AND topic = %(topic)s
+    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -334,7 +342,7 @@ FROM unnest(ARRAY(
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
         SELECT id, priority, available_at FROM job
-        WHERE {{ready}} AND topic = served.topic
+        WHERE {{ready}} AND {{served_version}} AND topic = served.topic
         ORDER BY {{claim_order}}
         LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
@@ -359,7 +367,7 @@ UPDATE job
 SET {{claim_set}}
 FROM unnest(ARRAY(
     SELECT id FROM job
-    WHERE {{ready}} AND topic = %(topic)s
+    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT GREATEST(0, LEAST(%(limit)s, %(max_running)s - (
         SELECT count(*) FROM job AS running
@@ -415,7 +423,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM buckets AS b
     CROSS JOIN LATERAL (
         SELECT id, priority, available_at FROM job
-        WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+        WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
         ORDER BY {{claim_order}}
         LIMIT LEAST(b.tokens, %(limit)s)
         FOR NO KEY UPDATE SKIP LOCKED
@@ -423,7 +431,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     WHERE b.key <> '' AND b.tokens > 0
 ), unkeyed AS (
     SELECT id, priority, available_at FROM job
-    WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key IS NULL
     ORDER BY {{claim_order}}
     LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
     FOR NO KEY UPDATE SKIP LOCKED
@@ -480,12 +488,12 @@ WITH RECURSIVE clock AS MATERIALIZED (
                            * %(rate)s / %(per_us)s) < 1
       AND CASE WHEN b.key = ''
                THEN (SELECT id FROM job
-                     WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+                     WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key IS NULL
                        AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
                      ORDER BY {{claim_order}}
                      LIMIT 1)
                ELSE (SELECT id FROM job
-                     WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+                     WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
                        AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
                      ORDER BY {{claim_order}}
                      LIMIT 1)
@@ -686,7 +694,7 @@ SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
        last_traceback, created_at, updated_at, result::text AS result, rate_key, workflow_id,
        parents_left, if_parent_fails, max_attempts, attempt_timeout, max_execution_timeout,
-       backoff_base, backoff_max, trace_context
+       backoff_base, backoff_max, trace_context, app_version
 FROM job
 WHERE id = %(id)s
 
@@ -946,11 +954,13 @@ ORDER BY minute
 
 -- name: register_supervisor
 -- A supervisor says it is alive, and what its workers run (every few seconds).
-INSERT INTO brooq_supervisor (holder, host, pid, app, topics, started_at, seen_at, workers)
+INSERT INTO brooq_supervisor (holder, host, pid, app, topics, started_at, seen_at, workers,
+                              app_version)
 VALUES (%(holder)s, %(host)s, %(pid)s, %(app)s, %(topics)s, %(started_at)s, now(),
-        %(workers)s::jsonb)
+        %(workers)s::jsonb, %(app_version)s)
 ON CONFLICT (holder) DO UPDATE
-SET topics = EXCLUDED.topics, seen_at = now(), workers = EXCLUDED.workers
+SET topics = EXCLUDED.topics, seen_at = now(), workers = EXCLUDED.workers,
+    app_version = EXCLUDED.app_version
 
 -- name: expire_supervisors
 -- Rows of supervisors not seen for a long while: they died without a clean stop.
@@ -970,7 +980,7 @@ SELECT holder, host, pid, app, topics,
        CASE WHEN isfinite(started_at) THEN started_at END AS started_at,
        CASE WHEN isfinite(seen_at) THEN seen_at END AS seen_at,
        started_at::text AS started_at_text, seen_at::text AS seen_at_text,
-       workers::text AS workers,
+       workers::text AS workers, app_version,
        seen_at BETWEEN now() - %(alive_within)s AND now() + %(alive_within)s AS alive
 FROM brooq_supervisor
 ORDER BY alive DESC, host, pid
@@ -1056,9 +1066,10 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
                      state, workflow_id, if_parent_fails, parents_left, last_error,
-                     {{control_columns}})
+                     app_version, {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           rate_key, state, workflow, policy, parents_left, error, {{control_columns}}
+           rate_key, state, workflow, policy, parents_left, error, %(app_version)s::text,
+           {{control_columns}}
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic, state

@@ -46,6 +46,7 @@ from brooq.vocabulary import (
     SettleHook,
     parse_job_id,
 )
+from brooq.vocabulary import app_version as app_version_of
 
 __all__ = ["PostgresStore", "is_database_source"]
 
@@ -58,6 +59,8 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     operation. ``statement_timeout`` (DSN only) bounds every statement of the
     store's own connection on the server side; ``idle_timeout`` (DSN only) ends
     its session when a transaction of it sits idle that long.
+    ``app_version`` (None: none) is stamped on every job it enqueues, and its
+    claims take only jobs of that version and jobs with none (brooq.vocabulary.versions).
     """
 
     def __init__(
@@ -70,7 +73,9 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         prepare: bool = True,
         listen_dsn: str | Literal["auto"] | None = "auto",
         idle_timeout: timedelta | None = None,
+        app_version: str | None = None,
     ) -> None:
+        self.app_version = app_version_of(app_version)
         self.connector = Connector(
             Source(source, statement_timeout, prepare, idle_timeout=idle_timeout)
         )
@@ -119,20 +124,22 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         """Insert jobs in one statement; in ``conn``'s open transaction when given."""
         if conn is not None:
             with on_callers_connection():
-                return enqueue_on(
-                    conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-                )
+                return enqueue_on(conn, jobs, **self._enqueue_options)
         # One statement is atomic on its own: no BEGIN/COMMIT round trips.
         with self.connector.connection() as own:
-            return enqueue_on(
-                own, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-            )
+            return enqueue_on(own, jobs, **self._enqueue_options)
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
         """Insert jobs on an asyncio connection, in its open transaction."""
-        return await enqueue_on_async(
-            conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-        )
+        return await enqueue_on_async(conn, jobs, **self._enqueue_options)
+
+    @property
+    def _enqueue_options(self) -> dict[str, Any]:
+        return {
+            "notify": self.notify,
+            "max_payload_bytes": self.max_payload_bytes,
+            "app_version": self.app_version,
+        }
 
     def claim(
         self,
@@ -181,7 +188,12 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     def _claim_free(
         self, holder: str, topics: Sequence[str], lease: timedelta, limit: int
     ) -> list[Claimed]:
-        params: dict[str, Any] = {"holder": holder, "lease": lease, "limit": limit}
+        params: dict[str, Any] = {
+            "holder": holder,
+            "lease": lease,
+            "limit": limit,
+            "app_version": self.app_version,
+        }
         if len(topics) == 1:
             statement, params["topic"] = sql("claim_topic"), topics[0]
         else:
@@ -211,6 +223,7 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
                 wanted - len(out),
                 limits.get(topic),
                 rates.get(topic),
+                self.app_version,
             )
             out.extend(claimed)
             if wait is not None:
@@ -255,9 +268,7 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
     ) -> None:
         try:
             if chain:
-                enqueue_on(
-                    conn, chain, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-                )
+                enqueue_on(conn, chain, **self._enqueue_options)
             for hook in hooks:
                 hook(conn)
         except psycopg.OperationalError as exc:

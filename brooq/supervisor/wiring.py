@@ -72,7 +72,9 @@ class Wiring:
         """Build every part from exactly what it uses: the stores and their lanes, the
         holdings, the producer and completer, and callbacks into the workers."""
         s, registry = self.settings, self.queue.registry
-        self.store, self.claims_store = services.open_stores(s, self.dsn)
+        self.app_version = services.app_version_of(s, self.queue.app_version)
+        self.queue.app_version = self.app_version  # what handlers enqueue carries it too
+        self.store, self.claims_store = services.open_stores(s, self.dsn, self.app_version)
         stuck_after = max(2.0, s.lease.total_seconds() / 6)
         self.db = Lanes(
             DatabaseThread(self.claims_store.connector, stuck_after),
@@ -144,6 +146,7 @@ class Wiring:
             self.db.writes,
             holder=self.holder,
             app=self.name,
+            app_version=self.app_version,
         )
 
     def close_parts(self) -> None:

@@ -55,9 +55,11 @@ from brooq.vocabulary.result import (
 from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
+from brooq.vocabulary.versions import APP_VERSION_MAX_LENGTH, InvalidAppVersion, app_version
 from brooq.vocabulary.workflow import Handle, Node, Workflow
 
 __all__ = [
+    "APP_VERSION_MAX_LENGTH",
     "BUILTIN_KIND_DEFAULTS",
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -82,6 +84,7 @@ __all__ = [
     "HasJobId",
     "IfParentFails",
     "Interrupted",
+    "InvalidAppVersion",
     "InvalidInput",
     "InvalidJob",
     "InvalidKindOptions",
@@ -116,6 +119,7 @@ __all__ = [
     "StoreUnavailable",
     "Topic",
     "Workflow",
+    "app_version",
     "coerce_duration",
     "decode_payload",
     "decode_stored_payload",

@@ -87,7 +87,7 @@ TYPES = {
     "retry_in": "interval", "error": "text", "traceback": "text", "reason": "text",
     "result": "text",
     "ids": "uuid[]", "holders": "text[]", "attempts": "int[]", "lease": "interval",
-    "outcomes": "text",
+    "outcomes": "text", "app_version": "text",
 }  # fmt: skip
 """The parameters' types for PREPARE (psycopg says them when it prepares)."""
 
@@ -170,6 +170,7 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "after_at": None, "after_id": None, "until": None, "most": 4,
         "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
+        "app_version": None,
         "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
         "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
         **control_params(Job("report.daily")),

@@ -117,7 +117,10 @@ class InMemoryStore(FakeUpkeep):
                 (
                     r
                     for r in self.rows.values()
-                    if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
+                    if r.state in CLAIMABLE_STATES
+                    and r.available_at <= now
+                    and r.topic in topics
+                    and r.app_version in (None, self.app_version)
                 ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )

@@ -25,12 +25,17 @@ from brooq.vocabulary import (
     new_job_id,
     parse_job_id,
 )
+from brooq.vocabulary import app_version as app_version_of
 
 
 class FakeTable:
     """The rows of the in-memory ``job`` table, guarded by one lock, on an injectable clock."""
 
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, app_version: str | None = None
+    ) -> None:
+        self.app_version = app_version_of(app_version)
+        """Stamped on every job it enqueues; its claims take that version's and none's."""
         self.rows: dict[str, JobRecord] = {}
         self.executed: list[Executed] = []
         """Statements that committed settle hooks ran on their RecordingConnection."""
@@ -113,6 +118,7 @@ class FakeTable:
             idempotency_key=job.idempotency_key,
             priority=job.priority,
             rate_key=job.rate_key,
+            app_version=self.app_version,
             **job.controls(),
             last_error=None,
             created_at=now,
