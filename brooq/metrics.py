@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from brooq.engine.inspection import Inspection, TopicRate, TopicStateCount
+from brooq.engine.inspection import Inspection, TopicRate, TopicStateCount, VersionCount
 from brooq.osproc import no_fork
 from brooq.vocabulary.state import State
 
@@ -294,6 +294,7 @@ class DatabaseCollector:
                         self.inspection.depth(),
                         self.inspection.oldest_ready(),
                         self.inspection.rate_limits(),
+                        self.inspection.pending_by_version(),
                     )
                 self._cached = (time.monotonic(), values)
             return values
@@ -305,7 +306,7 @@ class DatabaseCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         try:
-            depth, oldest, rates = self._values()
+            depth, oldest, rates, versions = self._values()
         except Exception:
             return
         jobs = GaugeMetricFamily(
@@ -326,9 +327,10 @@ class DatabaseCollector:
         yield jobs
         yield age
         yield from rate_families(rates)
+        yield version_family(versions)
 
 
-Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate]]
+Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate], list[VersionCount]]
 """What one database read of the collector holds."""
 
 
@@ -352,6 +354,23 @@ def rate_families(rates: Sequence[TopicRate]) -> Iterator[Any]:
         waiting.add_metric([rate.topic], rate.keys_waiting)
     yield tokens
     yield waiting
+
+
+def version_family(versions: Sequence[VersionCount]) -> Any:
+    """``brooq_jobs_waiting_by_version{topic,app_version}``: jobs not started yet per app
+    version (``""``: unversioned), so a deploy's dashboard shows the old version draining and
+    an alert can catch jobs whose version no supervisor serves."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    family = GaugeMetricFamily(
+        "brooq_jobs_waiting_by_version",
+        "Jobs not started yet (waiting, pending, failed) by topic and app version "
+        '("": unversioned).',
+        labels=["topic", "app_version"],
+    )
+    for row in versions:
+        family.add_metric([row.topic, row.app_version or ""], row.jobs)
+    return family
 
 
 def render(collectors: Sequence[Any], supervisor_pid: int) -> bytes:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +14,6 @@ from brooq.engine.periodic import check_schedule
 from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
 from brooq.postgres.connect import use_pgbouncer
-from brooq.postgres.enqueue import enqueue_on_async
 from brooq.postgres.store import PostgresStore, is_database_source
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -32,6 +30,7 @@ from brooq.vocabulary import (
 )
 from brooq.vocabulary import app_version as app_version_of
 from brooq.vocabulary.schedule import MissedRuns
+from brooq.vocabulary.versions import default_app_version
 
 if TYPE_CHECKING:  # the types of the sources a Queue takes; psycopg itself stays in postgres/
     import psycopg
@@ -68,9 +67,8 @@ class Queue:
     used under a lock; give a pool to enqueue from many threads at once.
     ``middleware`` wraps every enqueue and handler run, the first outermost
     (:meth:`use` adds more). ``app_version`` (default: ``QUEUE_APP_VERSION`` from the
-    environment, else None) is stamped on every job this queue enqueues; a supervisor
-    claims only jobs of its own version and jobs with none (README, "Deploying a new
-    version"). None keeps every job unversioned: brooq as before versions.
+    environment; None: unversioned, as before versions) is stamped on every job it enqueues
+    (README, "Deploying a new version").
     """
 
     def __init__(
@@ -87,9 +85,7 @@ class Queue:
         app_version: str | None = None,
     ) -> None:
         self.source = source
-        self._app_version = app_version_of(
-            app_version if app_version is not None else os.environ.get("QUEUE_APP_VERSION")
-        )
+        self._app_version = default_app_version(app_version)
         if pgbouncer:
             use_pgbouncer()  # before any connection: they are all opened lazily
         self.notify = notify
@@ -168,8 +164,7 @@ class Queue:
 
     @app_version.setter
     def app_version(self, version: str | None) -> None:
-        # A supervisor sets its own (QUEUE_APP_VERSION from its settings) on the app's queue,
-        # so what its handlers enqueue is stamped as what it claims.
+        # A supervisor sets its own on the app's queue: its handlers' jobs carry it too.
         self._app_version = app_version_of(version)
         if isinstance(self._store, PostgresStore):
             self._store.app_version = self._app_version
@@ -403,22 +398,3 @@ def _checked(jobs: Sequence[Job]) -> list[Job]:
         if not isinstance(job, Job):
             raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
     return jobs
-
-
-async def enqueue_async(
-    aconn: psycopg.AsyncConnection[Any],
-    job: Job,
-    *,
-    notify: bool = True,
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-    app_version: str | None = None,
-) -> Enqueued:
-    """Enqueue one job on an asyncio connection, inside its open transaction (no queue:
-    no middleware; ``queue.enqueue_async`` goes through the queue's), stamped with
-    ``app_version`` (None: unversioned)."""
-    version = app_version_of(app_version)
-    return (
-        await enqueue_on_async(
-            aconn, [job], notify=notify, max_payload_bytes=max_payload_bytes, app_version=version
-        )
-    )[0]

@@ -15,9 +15,15 @@ from zoneinfo import ZoneInfo
 
 from brooq.cli.common import print_json, require_dsn
 from brooq.cli.text import cut, safe
-from brooq.cli.workers import skipped_json, skipped_lines, supervisor_json
+from brooq.cli.workers import (
+    render_versions,
+    skipped_json,
+    skipped_lines,
+    supervisor_json,
+    version_rows,
+)
 from brooq.config import Settings
-from brooq.engine.inspection import Inspection, SkippedRow
+from brooq.engine.inspection import Inspection, SkippedRow, SupervisorRow
 from brooq.engine.periodic import next_run
 from brooq.vocabulary import BrooqError, Schedule, SchemaMissing, format_duration
 
@@ -97,6 +103,7 @@ def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[
         ],
         "dead_last_hour_total": inspection.count_dead(timedelta(hours=1)),
         **live_workers(inspection, ready),
+        "waiting_by_version": version_rows(inspection),
         "partitions": [
             {
                 **asdict(p),
@@ -177,6 +184,10 @@ def render(snap: dict[str, Any]) -> str:
         ),
         render_partitions(snap["partitions"]),
     ]
+    versions = snap.get("waiting_by_version") or []
+    if any(v["app_version"] is not None for v in versions):
+        live = [_version_holder(r) for r in snap["supervisors"] or []]
+        blocks.insert(-1, render_versions(versions, live))
     if "schedules" in snap:
         blocks.append(render_schedules(snap["schedules"]))
     return "\n\n".join(blocks)
@@ -371,3 +382,19 @@ def render_schedules(rows: list[dict[str, Any]]) -> str:
             "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
         )
     return "\n".join(lines)
+
+
+def _version_holder(row: dict[str, Any]) -> SupervisorRow:
+    """Enough of a live supervisor's JSON for :func:`render_versions`: its version."""
+    return SupervisorRow(
+        holder=row["holder"],
+        host=row["host"],
+        pid=row["pid"],
+        app=row["app"],
+        topics=tuple(row["topics"]),
+        started_at=datetime.fromisoformat(row["started_at"]),
+        seen_at=datetime.fromisoformat(row["seen_at"]),
+        workers=(),
+        alive=True,
+        app_version=row.get("app_version"),
+    )

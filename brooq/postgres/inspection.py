@@ -26,6 +26,7 @@ from brooq.engine.inspection import (
     SupervisorRows,
     TopicRate,
     TopicStateCount,
+    VersionCount,
     WorkerSnapshot,
 )
 from brooq.postgres.connect import Connector, Source
@@ -100,6 +101,11 @@ class PostgresInspection:
         with self._reading() as cur:
             row = cur.execute(sql("count_dead"), {"since": since}).fetchone()
         return int(row["dead"]) if row else 0
+
+    def pending_by_version(self) -> list[VersionCount]:
+        """Jobs not started yet (waiting, pending, failed) per topic and app version."""
+        with self._reading() as cur:
+            return [VersionCount(**r) for r in cur.execute(sql("pending_by_version"))]
 
     def rate_limits(self) -> list[TopicRate]:
         """Every rate-limited topic recorded in brooq_rate_limit, and its tokens now."""
@@ -250,6 +256,7 @@ def supervisor_row(row: dict[str, Any]) -> SupervisorRow:
         seen_at=row["seen_at"],
         workers=workers,
         alive=bool(row["alive"]),
+        app_version=row.get("app_version"),
     )
 
 

@@ -915,6 +915,48 @@ WITH RECURSIVE picked AS (
 SELECT count(*) AS canceled FROM canceled
 WHERE {{resolve_forced}}
 
+-- name: retarget_jobs
+-- One batch of an operator's retarget (brooq jobs retarget): jobs not started yet (waiting,
+-- pending, failed) of app version %(from_version)s (NULL: unversioned) move to version
+-- %(to_version)s, so supervisors of that version claim them. Rows locked by another
+-- transaction are passed over (a claim in flight takes them as they were). One NOTIFY per
+-- topic with a ready row moved: the target's idle supervisors look at once.
+WITH picked AS (
+    SELECT id FROM job
+    WHERE {{job_filter}} AND state IN ('waiting', 'pending', 'failed')
+      AND app_version IS NOT DISTINCT FROM %(from_version)s::text
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE job
+    SET app_version = %(to_version)s::text, updated_at = now()
+    FROM picked
+    WHERE job.id = picked.id AND job.state IN ('waiting', 'pending', 'failed')
+    RETURNING job.topic, job.state
+), notified AS (
+    SELECT pg_notify('brooq_job', topic)
+    FROM (SELECT DISTINCT topic FROM moved WHERE state <> 'waiting') AS t
+)
+SELECT count(*) AS moved FROM moved
+{{notify_forced}}
+
+-- name: count_retargetable
+-- What a retarget's filter still matches (its dry run, and what it left).
+SELECT count(*) AS jobs FROM job
+WHERE {{job_filter}} AND state IN ('waiting', 'pending', 'failed')
+  AND app_version IS NOT DISTINCT FROM %(from_version)s::text
+
+-- name: pending_by_version
+-- Jobs not started yet (waiting, pending, failed) per topic and app version, for `brooq
+-- status`, `brooq workers`, the dashboard and the metrics: a read of every such row, bounded
+-- by the operator reads' statement timeout.
+SELECT topic, app_version, count(*) AS jobs
+FROM job
+WHERE state IN ('waiting', 'pending', 'failed')
+GROUP BY topic, app_version
+ORDER BY topic, app_version NULLS FIRST
+
 -- name: count_cancelable
 -- What a bulk cancel's filter still matches in a state it may cancel, after its batches:
 -- rows another transaction kept locked (SKIP LOCKED passed them), or enqueued since.

@@ -89,8 +89,7 @@ class WorkerConfig:
     """Bounds of the worker's connection: a statement, a transaction left idle (services.py)."""
     connection_idle_s: float = 60.0
     """The worker closes its connection once unused this long (QUEUE_WORKER_CONNECTION_IDLE)."""
-    app_version: str | None = None
-    """The supervisor's app version: the jobs a worker chains carry it."""
+    app_version: str | None = None  # the supervisor's: the jobs a worker chains carry it
 
 
 class _Stopping(BaseException):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 from brooq.vocabulary.errors import InvalidInput
@@ -34,3 +35,9 @@ def app_version(value: object) -> str | None:
             "letter or digit (e.g. '2026.12.05' or a git sha)"
         )
     return value
+
+
+def default_app_version(given: str | None) -> str | None:
+    """``given`` checked as :func:`app_version`; when None, ``QUEUE_APP_VERSION`` from the
+    environment (where a deploy sets it for every process of the app); else None."""
+    return app_version(given if given is not None else os.environ.get("QUEUE_APP_VERSION"))

@@ -415,6 +415,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "testing": {"vocabulary", "engine"},
     "integrations": {"vocabulary", "postgres"},
     "queue": {"vocabulary", "engine", "postgres", "config"},
+    "async_enqueue": {"vocabulary", "postgres"},
     "app": {"vocabulary", "engine", "queue"},
     "surface": {"vocabulary", "engine", "postgres", "config", "metrics", "osproc", "logs", "queue"},
     "inprocess": {
