@@ -1,4 +1,4 @@
-"""The claim of a topic with a limit: max_running, a rate limit, or both.
+"""The claim of a topic with a limit: max_running, a rate limit, fairness, or several.
 
 Each topic is claimed in a transaction of its own that first takes the
 topic's claim lock (``lock_topic``), so the count of running jobs and the
@@ -19,9 +19,12 @@ from brooq.engine.store import Claimed
 from brooq.postgres.connect import Connector
 from brooq.postgres.rows import claimed_rows
 from brooq.postgres.sql import sql
-from brooq.vocabulary import RateLimit
+from brooq.vocabulary import Fairness, RateLimit
 
 DEADLOCK_RETRIES = 5
+UNKEYED_WINDOW = 1000
+"""A fair claim looks for jobs without a key among the topic's first this many ready rows
+(claim order): a fair topic whose jobs all have keys is never read whole for none."""
 
 
 def claim_limited(
@@ -33,43 +36,46 @@ def claim_limited(
     max_running: int | None,
     rate: RateLimit | None,
     app_version: str | None = None,
+    fairness: Fairness | None = None,
 ) -> tuple[list[Claimed], float | None]:
     """Up to ``limit`` jobs of ``topic`` (of ``app_version`` or none) within its limits; and,
     when the rate limit cut the claim short, the seconds until a key that waits for it has a
-    token again."""
-    if rate is None:
-        assert max_running is not None
-        params: dict[str, Any] = {
-            "holder": holder,
-            "lease": lease,
-            "topic": topic,
-            "limit": limit,
-            "max_running": max_running,
-            "app_version": app_version,
-        }
-        with connector.connection() as conn, conn.transaction():
-            conn.execute(sql("lock_topic"), {"topic": topic})
-            return claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder), None
-    return _claim_rated(connector, holder, topic, lease, limit, max_running, rate, app_version)
-
-
-def _claim_rated(
-    connector: Connector,
-    holder: str,
-    topic: str,
-    lease: timedelta,
-    limit: int,
-    max_running: int | None,
-    rate: RateLimit,
-    app_version: str | None,
-) -> tuple[list[Claimed], float | None]:
-    params = {
-        "app_version": app_version,
+    token again. A fair topic takes its keys in turn (queries.sql ``claim_topic_fair``)."""
+    params: dict[str, Any] = {
+        **fair_params(fairness),
         "holder": holder,
         "lease": lease,
         "topic": topic,
         "limit": limit,
         "max_running": max_running,
+        "app_version": app_version,
+    }
+    if rate is not None:
+        return _claim_rated(connector, holder, params, rate)
+    # A fair topic, or a capped one (max_running), after the topic's claim lock.
+    statement = "claim_topic_fair" if fairness is not None else "claim_topic_limited"
+    assert fairness is not None or max_running is not None
+    with connector.connection() as conn, conn.transaction():
+        conn.execute(sql("lock_topic"), {"topic": topic})
+        return claimed_rows(conn.execute(sql(statement), params), holder), None
+
+
+def fair_params(fairness: Fairness | None) -> dict[str, Any]:
+    """The parameters a fair claim takes (a claim that is not fair ignores its turns)."""
+    return {
+        "fair": fairness is not None,
+        "fair_keys": fairness.keys if fairness else [],
+        "fair_weights": fairness.counts if fairness else [],
+        "unkeyed_window": UNKEYED_WINDOW,
+    }
+
+
+def _claim_rated(
+    connector: Connector, holder: str, given: dict[str, Any], rate: RateLimit
+) -> tuple[list[Claimed], float | None]:
+    topic = given["topic"]
+    params = {
+        **given,
         "rate": rate.count,
         "per": rate.per,
         "per_us": rate.interval_us,

@@ -377,6 +377,95 @@ FROM unnest(ARRAY(
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
+-- fragment: ready_keys
+-- The distinct keys (rate_key) of a topic with claimable rows, walked on job_rate_key_idx
+-- in key order: one short probe per key (a loose index scan), never a read of each row.
+ready_keys AS (
+    (SELECT rate_key FROM job
+     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
+     ORDER BY rate_key
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT next.rate_key FROM job AS next
+            WHERE next.topic = %(topic)s AND next.state IN ('pending', 'failed')
+              AND next.rate_key > ready_keys.rate_key
+            ORDER BY next.rate_key
+            LIMIT 1)
+    FROM ready_keys
+    WHERE ready_keys.rate_key IS NOT NULL
+)
+
+-- fragment: fair_weights
+-- The weights of a fair topic's keys (jobs per turn); a key not named weighs 1.
+fair_weights AS (
+    SELECT key, weight FROM unnest(%(fair_keys)s::text[], %(fair_weights)s::int[]) AS w(key, weight)
+)
+
+-- fragment: fair_turn
+-- A candidate row's turn among its key's: its place among them within its priority (from
+-- 1, oldest first), over its key's weight. Ordering by priority, then turn, then claim
+-- order takes every key's first jobs before any key's second: round robin, weighted.
+row_number() OVER (PARTITION BY priority ORDER BY available_at, id)::float8
+
+-- fragment: running_room
+-- How many more of the topic's jobs may start under its max_running (NULL: no cap).
+CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
+     ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
+         SELECT count(*) FROM job AS running
+         WHERE running.state = 'processing' AND running.topic = %(topic)s)))
+END
+
+-- name: claim_topic_fair
+-- Up to `limit` ready jobs of a fair topic (fairness="round_robin"), its keys in turn
+-- within each priority, within its max_running when it has one; run after lock_topic in
+-- the same transaction, so the claims of the topic on every host are one sequence, each
+-- seeing every claim before it (queries are exact, not per host: docs/architecture.md).
+-- The distinct keys with claimable rows are walked on job_rate_key_idx (ready_keys); each
+-- key's oldest `limit` ready rows are read, unlocked, on the same index (a key cannot give
+-- more); jobs without a key share one turn, found among the topic's first
+-- `unkeyed_window` ready rows on job_claim_idx (so a topic whose every job has a key never
+-- walks its whole range for the unkeyed ones). The candidates are ordered by priority, turn
+-- (fair_turn), then claim order; only the chosen rows are locked (SKIP LOCKED, the ready
+-- state checked again on the row as it is now), so the claim writes and locks `limit` rows
+-- however many keys it read.
+WITH RECURSIVE {{ready_keys}}, {{fair_weights}}, candidates AS (
+    SELECT head.id, head.priority, head.available_at,
+           head.turn / COALESCE(w.weight, 1) AS turn
+    FROM ready_keys AS k
+    LEFT JOIN fair_weights AS w ON w.key = k.rate_key
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at, {{fair_turn}} AS turn
+        FROM (SELECT id, priority, available_at FROM job
+              WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                AND rate_key = k.rate_key
+              ORDER BY {{claim_order}}
+              LIMIT %(limit)s) AS oldest
+    ) AS head
+    WHERE k.rate_key IS NOT NULL
+    UNION ALL
+    SELECT id, priority, available_at, {{fair_turn}} AS turn
+    FROM (SELECT id, priority, available_at, rate_key FROM job
+          WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+          ORDER BY {{claim_order}}
+          LIMIT %(unkeyed_window)s) AS head
+    WHERE rate_key IS NULL
+), chosen AS (
+    SELECT id, priority, available_at, turn FROM candidates
+    ORDER BY priority DESC, turn, available_at, id
+    LIMIT {{running_room}}
+), locked AS (
+    SELECT job.id FROM job
+    JOIN chosen ON job.id = chosen.id
+    WHERE job.state IN ('pending', 'failed') AND job.available_at <= now()
+      AND (job.app_version IS NULL OR job.app_version = %(app_version)s::text)
+    FOR NO KEY UPDATE OF job SKIP LOCKED
+)
+UPDATE job
+SET {{claim_set}}
+FROM unnest(ARRAY(SELECT id FROM locked)) AS picked (job_id)
+WHERE job.id = picked.job_id
+RETURNING {{claimed_columns}}
+
 -- fragment: bucket_deficit_us
 -- How far a bucket is from full, in whole microseconds of the database clock
 -- (0 for a missing row: a missing bucket is full).
@@ -392,13 +481,15 @@ GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
 -- Keys (job.rate_key) each have a bucket: the distinct keys with claimable rows
 -- are walked on job_rate_key_idx (one short probe per key), the head of every
 -- key with tokens is taken, then the best of those heads, so a busy key never
--- starves the others. Rows of keys whose bucket is full again are deleted.
+-- starves the others. Rows of keys whose bucket is full again are deleted. On a fair
+-- topic (%(fair)s) the heads are taken by turn within each priority, as claim_topic_fair
+-- takes them (the heads of a key with tokens are its oldest rows: their turns are the same).
 -- Returns the claimed rows and, on every row (one row of NULLs when none was
 -- claimed), wait_s: the seconds until a key that still has ready jobs but no
 -- token gets one (NULL: no key waits for the limit).
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS t
-), keys AS (
+), {{fair_weights}}, keys AS (
     (SELECT rate_key FROM job
      WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
      ORDER BY rate_key
@@ -419,25 +510,29 @@ WITH RECURSIVE clock AS MATERIALIZED (
     CROSS JOIN clock
     LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
 ), keyed AS (
-    SELECT head.id, head.priority, head.available_at
+    SELECT head.id, head.priority, head.available_at,
+           head.turn / COALESCE(w.weight, 1) AS turn
     FROM buckets AS b
+    LEFT JOIN fair_weights AS w ON w.key = b.key
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at FROM job
-        WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
-        ORDER BY {{claim_order}}
-        LIMIT LEAST(b.tokens, %(limit)s)
-        FOR NO KEY UPDATE SKIP LOCKED
+        SELECT id, priority, available_at, {{fair_turn}} AS turn
+        FROM (SELECT id, priority, available_at FROM job
+              WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
+              ORDER BY {{claim_order}}
+              LIMIT LEAST(b.tokens, %(limit)s)
+              FOR NO KEY UPDATE SKIP LOCKED) AS oldest
     ) AS head
     WHERE b.key <> '' AND b.tokens > 0
 ), unkeyed AS (
-    SELECT id, priority, available_at FROM job
-    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key IS NULL
-    ORDER BY {{claim_order}}
-    LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
-    FOR NO KEY UPDATE SKIP LOCKED
+    SELECT id, priority, available_at, {{fair_turn}} AS turn
+    FROM (SELECT id, priority, available_at FROM job
+          WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key IS NULL
+          ORDER BY {{claim_order}}
+          LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+          FOR NO KEY UPDATE SKIP LOCKED) AS oldest
 ), chosen AS (
     SELECT id FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
-    ORDER BY priority DESC, available_at, id
+    ORDER BY priority DESC, CASE WHEN %(fair)s THEN turn ELSE 0 END, available_at, id
     LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
                ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
                    SELECT count(*) FROM job AS running

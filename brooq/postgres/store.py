@@ -39,6 +39,7 @@ from brooq.postgres.workflows import PostgresWorkflows
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
+    Fairness,
     Job,
     JobNotFound,
     JobRecord,
@@ -148,9 +149,10 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` (see claim_many)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates, fair)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -161,24 +163,25 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         limit: int,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics``: one guarded statement, SKIP LOCKED.
 
-        Topics in ``limits`` (max_running) or ``rates`` (rate_limit) are
-        claimed under a per-topic transaction lock, so the cap and the rate
-        hold across every host. Free and limited topics take turns to go
-        first, so neither group starves the other.
+        Topics in ``limits`` (max_running), ``rates`` (rate_limit) or ``fair``
+        (fairness) are claimed under a per-topic transaction lock, so the cap, the
+        rate and the keys' turns hold across every host. Free and limited topics
+        take turns to go first, so neither group starves the other.
         """
-        caps, rated = limits or {}, rates or {}
-        free = [t for t in topics if t not in caps and t not in rated]
-        capped = [t for t in topics if t in caps or t in rated]
+        caps, rated, fairs = limits or {}, rates or {}, fair or {}
+        free = [t for t in topics if t not in caps and t not in rated and t not in fairs]
+        capped = [t for t in topics if t in caps or t in rated or t in fairs]
         self._turn = not self._turn
         out = ClaimedBatch()
         for group in [free, capped] if self._turn else [capped, free]:
             if group and len(out) < limit:
                 take = limit - len(out)
                 if group is capped:
-                    self._claim_capped(out, holder, group, lease, take, caps, rated)
+                    self._claim_capped(out, holder, group, lease, take, (caps, rated, fairs))
                 else:
                     out.extend(self._claim_free(holder, group, lease, take))
         if len(out) >= limit:
@@ -208,9 +211,9 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
         topics: Sequence[str],
         lease: timedelta,
         limit: int,
-        limits: Mapping[str, int],
-        rates: Mapping[str, RateLimit],
+        limited: tuple[Mapping[str, int], Mapping[str, RateLimit], Mapping[str, Fairness]],
     ) -> None:
+        limits, rates, fair = limited
         wanted = len(out) + limit
         for topic in topics:
             if len(out) >= wanted:
@@ -224,6 +227,7 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows):
                 limits.get(topic),
                 rates.get(topic),
                 self.app_version,
+                fair.get(topic),
             )
             out.extend(claimed)
             if wait is not None:

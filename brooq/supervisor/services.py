@@ -92,6 +92,7 @@ def build_producer(
         max_wait=max(1.0, 2 * settings.poll_interval.total_seconds()),
         on_claimed=on_claimed,
         rates=registry.rates(),
+        fair=registry.fairness(),
     )
 
 

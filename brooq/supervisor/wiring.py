@@ -193,6 +193,8 @@ class Wiring:
         self.dispatcher.kinds = registry
         self.producer.limits = services.limits_of(registry)
         self.producer.rates = registry.rates()
+        self.producer.fair = registry.fairness()
+        loaded.queue.app_version = self.app_version  # the version it claims as stays
         self.maintenance.scheduler.schedules = list(loaded.queue.schedules)
         self.initialise_metrics()
         assert self.reloader is not None

@@ -18,6 +18,7 @@ from brooq.vocabulary.errors import (
     SchemaMissing,
     StoreUnavailable,
 )
+from brooq.vocabulary.fairness import FAIRNESS_POLICIES, ROUND_ROBIN, Fairness
 from brooq.vocabulary.handler_signals import (
     AttemptTimedOut,
     CancelJob,
@@ -64,12 +65,14 @@ __all__ = [
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_MAX_RESULT_BYTES",
+    "FAIRNESS_POLICIES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
     "IF_PARENT_FAILS",
     "JOB_OVERRIDES",
     "MAX_RATE_COUNT",
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
+    "ROUND_ROBIN",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
     "AttemptTimedOut",
@@ -79,6 +82,7 @@ __all__ = [
     "Delay",
     "EnqueueConflict",
     "Enqueued",
+    "Fairness",
     "Handle",
     "HandlerSignal",
     "HasJobId",

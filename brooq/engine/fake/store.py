@@ -27,6 +27,7 @@ from brooq.vocabulary import (
     CLAIMABLE_STATES,
     TERMINAL_STATES,
     Enqueued,
+    Fairness,
     Job,
     JobRecord,
     NeedsDatabase,
@@ -93,9 +94,10 @@ class InMemoryStore(FakeUpkeep):
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> Claimed | None:
         """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates, fair)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -106,9 +108,10 @@ class InMemoryStore(FakeUpkeep):
         limit: int,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> ClaimedBatch:
         """Take up to ``limit`` ready rows of ``topics``, best first, within ``limits`` and
-        the ``rates``' buckets (on the store's clock)."""
+        the ``rates``' buckets (on the store's clock), the keys of ``fair`` topics in turn."""
         with self._lock:
             now, limits = self.now(), limits or {}
             rates = {t: r for t, r in (rates or {}).items() if t in topics}
@@ -124,6 +127,8 @@ class InMemoryStore(FakeUpkeep):
                 ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )
+            if fair:
+                ready = fair_order(ready, fair)
             tokens = {
                 (r.topic, r.rate_key or ""): self.buckets.tokens(
                     (r.topic, r.rate_key or ""), rates[r.topic], now
@@ -144,6 +149,8 @@ class InMemoryStore(FakeUpkeep):
                     tokens[at] -= 1
                 running[row.topic] += 1
                 out.append(self._take(row, holder, lease, now))
+            if fair:  # returned in claim order, as PostgreSQL's RETURNING gives them
+                out.sort(key=lambda c: (-c.priority, c.available_at, c.id))
             self._spend(out, rates, now)
             if len(out) < limit:
                 self._note_waits(out, ready, rates, now)
@@ -303,3 +310,17 @@ class InMemoryStore(FakeUpkeep):
                 ],
                 now,
             )
+
+
+def fair_order(ready: list[JobRecord], fair: Mapping[str, Fairness]) -> list[JobRecord]:
+    """``ready`` (in claim order) with the keys of fair topics in turn: a row's turn is its
+    place among its key's ready rows of its priority over its key's weight (queries.sql
+    ``claim_topic_fair``); rows of other topics keep their place (turn 0)."""
+    seen: Counter[tuple[str, str | None, int]] = Counter()
+    turn: dict[str, float] = {}
+    for row in ready:
+        if row.topic in fair:
+            seen[row.topic, row.rate_key, row.priority] += 1
+            weight = fair[row.topic].weight(row.rate_key)
+            turn[row.id] = seen[row.topic, row.rate_key, row.priority] / weight
+    return sorted(ready, key=lambda r: (-r.priority, turn.get(r.id, 0.0), r.available_at, r.id))

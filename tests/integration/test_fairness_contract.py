@@ -1,0 +1,120 @@
+"""Fair claiming across keys (issue 34), one contract for the in-memory and the PostgreSQL
+store: within a topic and a priority the keys (rate_key) take turns, weighted, work-
+conserving, composed with max_running, rate limits and priorities."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from brooq.engine.store import Store
+from brooq.vocabulary import Fairness, InvalidKindOptions, Job, KindOptions, RateLimit
+from tests.integration.test_contract import LEASE, Env, FakeEnv, PgEnv
+
+FAIR = {"work": Fairness()}
+
+
+@pytest.fixture(params=["fake", "postgres"])
+def env(request: pytest.FixtureRequest) -> Env:
+    """Each test runs once per store."""
+    if request.param == "fake":
+        return FakeEnv(request.getfixturevalue("fake_store"), request.getfixturevalue("clock"))
+    return PgEnv(request.getfixturevalue("pg_store"), request.getfixturevalue("pg"))
+
+
+def jobs(store: Store, key: str | None, n: int, priority: int = 0) -> list[str]:
+    """``n`` jobs of ``key``, in order; their ids."""
+    made = store.enqueue_many(
+        [Job("work", {"i": i}, rate_key=key, priority=priority) for i in range(n)]
+    )
+    return [e.id for e in made]
+
+
+def claim(store: Store, n: int, fair: Any = FAIR, **kw: Any) -> set[str]:
+    return {c.id for c in store.claim_many("w", ["work"], LEASE, n, fair=fair, **kw)}
+
+
+def test_keys_take_turns_and_a_late_key_does_not_wait_behind_a_busy_one(env: Env) -> None:
+    a = jobs(env.store, "a", 6)
+    b = jobs(env.store, "b", 2)
+    assert claim(env.store, 4) == {a[0], b[0], a[1], b[1]}
+    assert claim(env.store, 4) == set(a[2:6])
+
+
+def test_without_fairness_the_same_jobs_are_claimed_in_enqueue_order(env: Env) -> None:
+    a = jobs(env.store, "a", 6)
+    jobs(env.store, "b", 2)
+    assert claim(env.store, 4, fair=None) == set(a[:4])
+
+
+def test_a_key_alone_gets_everything(env: Env) -> None:
+    a = jobs(env.store, "a", 5)
+    assert claim(env.store, 10) == set(a)
+
+
+def test_a_weighted_key_takes_its_weight_per_turn(env: Env) -> None:
+    a = jobs(env.store, "a", 6)
+    b = jobs(env.store, "b", 6)
+    c = jobs(env.store, "c", 6)
+    fair = {"work": KindOptions(fairness="round_robin", fair_weights={"a": 2}).fairness}
+    assert claim(env.store, 8, fair=fair) == {*a[:4], *b[:2], *c[:2]}
+
+
+def test_priorities_come_first_and_keys_take_turns_within_each(env: Env) -> None:
+    a_low = jobs(env.store, "a", 3)
+    b_low = jobs(env.store, "b", 3)
+    a_high = jobs(env.store, "a", 2, priority=5)
+    assert claim(env.store, 4) == {*a_high, a_low[0], b_low[0]}
+
+
+def test_jobs_without_a_key_share_one_turn(env: Env) -> None:
+    a = jobs(env.store, "a", 4)
+    none = jobs(env.store, None, 4)
+    b = jobs(env.store, "b", 1)
+    assert claim(env.store, 5) == {a[0], none[0], b[0], a[1], none[1]}
+
+
+def test_fairness_composes_with_max_running(env: Env) -> None:
+    a = jobs(env.store, "a", 6)
+    b = jobs(env.store, "b", 2)
+    assert claim(env.store, 10, limits={"work": 3}) == {a[0], b[0], a[1]}
+    assert claim(env.store, 10, limits={"work": 3}) == set()  # three are running
+
+
+def test_fairness_composes_with_a_rate_limit(env: Env) -> None:
+    a = jobs(env.store, "a", 6)
+    b = jobs(env.store, "b", 2)
+    rates = {"work": RateLimit(100, timedelta(seconds=1), 100)}
+    assert claim(env.store, 4, rates=rates) == {a[0], b[0], a[1], b[1]}
+
+
+def test_a_fair_claim_takes_only_its_version(env: Env) -> None:
+    store = env.store
+    store.app_version = "v2"  # type: ignore[attr-defined]
+    v2 = jobs(store, "a", 2)
+    store.app_version = "v1"  # type: ignore[attr-defined]
+    v1 = jobs(store, "b", 2)
+    assert claim(store, 10) == set(v1)
+    store.app_version = "v2"  # type: ignore[attr-defined]
+    assert claim(store, 10) == set(v2)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"fairness": "fifo"}, 'fairness: must be "round_robin"'),
+        ({"fair_weights": {"a": 2}}, 'fair_weights: needs fairness="round_robin"'),
+        ({"fairness": "round_robin", "fair_weights": {"a": 0}}, "must be from 1 to 1000"),
+        ({"fairness": "round_robin", "fair_weights": {"a": 1.5}}, "a whole number of jobs"),
+        ({"fairness": "round_robin", "fair_weights": {"": 2}}, "a non-empty string"),
+        ({"fairness": "round_robin", "fair_weights": ["a"]}, "must map keys to weights"),
+    ],
+)
+def test_bad_fairness_options_are_refused_naming_what_to_write(
+    options: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(InvalidKindOptions, match=None) as raised:
+        KindOptions(**options)
+    assert said in str(raised.value)
