@@ -92,12 +92,12 @@ def test_fairness_composes_with_a_rate_limit(env: Env) -> None:
 
 def test_a_fair_claim_takes_only_its_version(env: Env) -> None:
     store = env.store
-    store.app_version = "v2"  # type: ignore[attr-defined]
+    store.app_version = "v2"
     v2 = jobs(store, "a", 2)
-    store.app_version = "v1"  # type: ignore[attr-defined]
+    store.app_version = "v1"
     v1 = jobs(store, "b", 2)
     assert claim(store, 10) == set(v1)
-    store.app_version = "v2"  # type: ignore[attr-defined]
+    store.app_version = "v2"
     assert claim(store, 10) == set(v2)
 
 
