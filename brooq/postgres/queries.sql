@@ -401,11 +401,14 @@ fair_weights AS (
     SELECT key, weight FROM unnest(%(fair_keys)s::text[], %(fair_weights)s::int[]) AS w(key, weight)
 )
 
--- fragment: fair_turn
--- A candidate row's turn among its key's: its place among them within its priority (from
--- 1, oldest first), over its key's weight. Ordering by priority, then turn, then claim
--- order takes every key's first jobs before any key's second: round robin, weighted.
+-- fragment: fair_rank
+-- A rate-limited fair topic's candidate's turn: its place among its key's heads within its
+-- priority (from 1); claim_topic_rated orders by it (within one claim; see its comment).
 row_number() OVER (PARTITION BY priority ORDER BY available_at, id)::float8
+
+-- fragment: fair_place
+-- A candidate row's place among its key's candidates, from 0, in claim order.
+(row_number() OVER (ORDER BY priority DESC, available_at, id) - 1)::float8
 
 -- fragment: running_room
 -- How many more of the topic's jobs may start under its max_running (NULL: no cap).
@@ -419,46 +422,82 @@ END
 -- Up to `limit` ready jobs of a fair topic (fairness="round_robin"), its keys in turn
 -- within each priority, within its max_running when it has one; run after lock_topic in
 -- the same transaction, so the claims of the topic on every host are one sequence, each
--- seeing every claim before it (queries are exact, not per host: docs/architecture.md).
--- The distinct keys with claimable rows are walked on job_rate_key_idx (ready_keys); each
--- key's oldest `limit` ready rows are read, unlocked, on the same index (a key cannot give
--- more); jobs without a key share one turn, found among the topic's first
--- `unkeyed_window` ready rows on job_claim_idx (so a topic whose every job has a key never
--- walks its whole range for the unkeyed ones). The candidates are ordered by priority, turn
--- (fair_turn), then claim order; only the chosen rows are locked (SKIP LOCKED, the ready
--- state checked again on the row as it is now), so the claim writes and locks `limit` rows
--- however many keys it read.
-WITH RECURSIVE {{ready_keys}}, {{fair_weights}}, candidates AS (
-    SELECT head.id, head.priority, head.available_at,
-           head.turn / COALESCE(w.weight, 1) AS turn
-    FROM ready_keys AS k
-    LEFT JOIN fair_weights AS w ON w.key = k.rate_key
+-- seeing the rows and the turns every claim before it wrote (docs/architecture.md).
+-- Turns are start-time fair queuing: a key's next job starts at
+-- max(the topic's clock, the key's finish), each job after it 1/weight later; candidates
+-- go by priority, then that tag, then claim order; a claim moves each key it served to
+-- its tag after the jobs it took, and the clock to the last tag it took. So over claims of
+-- any size (one at a time too) the keys with ready jobs alternate, weighted, and a key
+-- that comes back after a pause starts at the clock, with no credit for the pause.
+-- Reads: the distinct keys with claimable rows walked on job_rate_key_idx (ready_keys);
+-- each key's oldest `limit` ready rows, unlocked, on the same index (a key cannot give
+-- more); jobs without a key (key '') among the topic's first `unkeyed_window` ready rows
+-- on job_claim_idx, so a topic whose jobs all have keys is never read whole for none. Only
+-- the chosen rows are locked (SKIP LOCKED, the ready state checked again on each row as
+-- it is now): the claim locks and writes `limit` rows however many keys it read.
+WITH RECURSIVE {{ready_keys}}, {{fair_weights}}, clock AS MATERIALIZED (
+    SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
+), starts AS MATERIALIZED (
+    SELECT k.key, COALESCE(w.weight, 1)::float8 AS weight,
+           GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start
+    FROM (SELECT rate_key AS key FROM ready_keys WHERE rate_key IS NOT NULL
+          UNION ALL SELECT '') AS k
+    CROSS JOIN clock
+    LEFT JOIN fair_weights AS w ON w.key = k.key
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = k.key
+), candidates AS (
+    SELECT head.id, head.priority, head.available_at, s.key,
+           s.start + head.place / s.weight AS tag
+    FROM starts AS s
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at, {{fair_turn}} AS turn
+        SELECT id, priority, available_at, {{fair_place}} AS place
         FROM (SELECT id, priority, available_at FROM job
               WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
-                AND rate_key = k.rate_key
+                AND rate_key = s.key
               ORDER BY {{claim_order}}
               LIMIT %(limit)s) AS oldest
     ) AS head
-    WHERE k.rate_key IS NOT NULL
+    WHERE s.key <> ''
     UNION ALL
-    SELECT id, priority, available_at, {{fair_turn}} AS turn
-    FROM (SELECT id, priority, available_at, rate_key FROM job
-          WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
-          ORDER BY {{claim_order}}
-          LIMIT %(unkeyed_window)s) AS head
-    WHERE rate_key IS NULL
+    SELECT head.id, head.priority, head.available_at, '', s.start + head.place / s.weight
+    FROM (SELECT id, priority, available_at, {{fair_place}} AS place
+          FROM (SELECT id, priority, available_at, rate_key FROM job
+                WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                ORDER BY {{claim_order}}
+                LIMIT %(unkeyed_window)s) AS window_rows
+          WHERE rate_key IS NULL) AS head
+    JOIN starts AS s ON s.key = ''
 ), chosen AS (
-    SELECT id, priority, available_at, turn FROM candidates
-    ORDER BY priority DESC, turn, available_at, id
+    SELECT id, key, tag FROM candidates
+    ORDER BY priority DESC, tag, available_at, id
     LIMIT {{running_room}}
 ), locked AS (
-    SELECT job.id FROM job
+    SELECT job.id, chosen.key, chosen.tag FROM job
     JOIN chosen ON job.id = chosen.id
     WHERE job.state IN ('pending', 'failed') AND job.available_at <= now()
       AND (job.app_version IS NULL OR job.app_version = %(app_version)s::text)
     FOR NO KEY UPDATE OF job SKIP LOCKED
+), served AS (
+    SELECT locked.key, count(*) AS jobs, max(locked.tag) AS last_tag
+    FROM locked GROUP BY locked.key
+), moved AS (
+    SELECT GREATEST(clock.v, COALESCE((SELECT max(last_tag) FROM served), clock.v)) AS v
+    FROM clock
+), turned AS (
+    INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
+    SELECT %(topic)s, served.key, s.start + served.jobs / s.weight
+    FROM served JOIN starts AS s ON s.key = served.key
+    ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
+), clocked AS (
+    INSERT INTO brooq_fair_clock AS c (topic, clock)
+    SELECT %(topic)s, moved.v FROM moved WHERE EXISTS (SELECT FROM served)
+    ON CONFLICT (topic) DO UPDATE SET clock = EXCLUDED.clock
+), forgotten AS (
+    -- A key whose turn the clock has passed would start at the clock anyway.
+    DELETE FROM brooq_fair_turn AS turn
+    USING moved
+    WHERE turn.topic = %(topic)s AND turn.finish <= moved.v
+      AND turn.key NOT IN (SELECT key FROM served)
 )
 UPDATE job
 SET {{claim_set}}
@@ -515,7 +554,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM buckets AS b
     LEFT JOIN fair_weights AS w ON w.key = b.key
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at, {{fair_turn}} AS turn
+        SELECT id, priority, available_at, {{fair_rank}} AS turn
         FROM (SELECT id, priority, available_at FROM job
               WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
               ORDER BY {{claim_order}}
@@ -524,7 +563,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     ) AS head
     WHERE b.key <> '' AND b.tokens > 0
 ), unkeyed AS (
-    SELECT id, priority, available_at, {{fair_turn}} AS turn
+    SELECT id, priority, available_at, {{fair_rank}} AS turn
     FROM (SELECT id, priority, available_at FROM job
           WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key IS NULL
           ORDER BY {{claim_order}}

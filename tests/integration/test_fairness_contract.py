@@ -43,6 +43,34 @@ def test_keys_take_turns_and_a_late_key_does_not_wait_behind_a_busy_one(env: Env
     assert claim(env.store, 4) == set(a[2:6])
 
 
+def one_by_one(store: Store, n: int) -> list[str]:
+    """``n`` claims of one job each (``brooq work``, ``queue.drain()``); the ids in order."""
+    return [c.id for _ in range(n) for c in store.claim_many("w", ["work"], LEASE, 1, fair=FAIR)]
+
+
+def test_keys_alternate_over_claims_of_one_job_each(env: Env) -> None:
+    a = jobs(env.store, "a", 4)
+    b = jobs(env.store, "b", 2)
+    assert one_by_one(env.store, 6) == [a[0], b[0], a[1], b[1], a[2], a[3]]
+
+
+def test_a_key_back_after_a_pause_takes_turns_at_once_with_no_credit(env: Env) -> None:
+    a = jobs(env.store, "a", 20)
+    b = jobs(env.store, "b", 1)
+    assert one_by_one(env.store, 2) == [a[0], b[0]]
+    assert one_by_one(env.store, 10) == a[1:11]  # a alone gets everything
+    b_again = jobs(env.store, "b", 5)
+    taken = one_by_one(env.store, 6)
+    assert [i in b_again for i in taken] == [True, False, True, False, True, False], taken
+
+
+def test_a_new_key_is_served_next_however_long_the_others_ran(env: Env) -> None:
+    a = jobs(env.store, "a", 30)
+    assert one_by_one(env.store, 25) == a[:25]
+    c = jobs(env.store, "c", 2)
+    assert one_by_one(env.store, 4) == [c[0], a[25], c[1], a[26]]
+
+
 def test_without_fairness_the_same_jobs_are_claimed_in_enqueue_order(env: Env) -> None:
     a = jobs(env.store, "a", 6)
     jobs(env.store, "b", 2)
@@ -62,11 +90,12 @@ def test_a_weighted_key_takes_its_weight_per_turn(env: Env) -> None:
     assert claim(env.store, 8, fair=fair) == {*a[:4], *b[:2], *c[:2]}
 
 
-def test_priorities_come_first_and_keys_take_turns_within_each(env: Env) -> None:
+def test_priorities_come_first_then_the_keys_take_turns(env: Env) -> None:
     a_low = jobs(env.store, "a", 3)
     b_low = jobs(env.store, "b", 3)
     a_high = jobs(env.store, "a", 2, priority=5)
-    assert claim(env.store, 4) == {*a_high, a_low[0], b_low[0]}
+    # a's two priority-5 jobs go first; then a and b take turns at priority 0.
+    assert one_by_one(env.store, 6) == [*a_high, b_low[0], a_low[0], b_low[1], a_low[1]]
 
 
 def test_jobs_without_a_key_share_one_turn(env: Env) -> None:

@@ -64,5 +64,7 @@ def test_a_small_tenant_does_not_wait_behind_a_big_one_on_a_fair_topic_only(
     assert behind < 500, f"{behind} A jobs started before B's last one"
 
     a, b = run(dsn, pg, "plain.work")
-    assert min(b) > a[-10], "without fairness B's jobs start behind (nearly) all of A's"
+    # FIFO: B waits behind A's backlog (the last few A jobs and the first B ones share the
+    # last claims, and 4 workers start them in any order within a few milliseconds).
+    assert min(b) > a[-100], "without fairness B's jobs start behind (nearly) all of A's"
     assert sup.stop() == 0

@@ -127,8 +127,9 @@ class InMemoryStore(FakeUpkeep):
                 ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )
+            tags: dict[str, tuple[str, float]] = {}
             if fair:
-                ready = fair_order(ready, fair)
+                ready, tags = self.turns.order(ready, fair, rates)
             tokens = {
                 (r.topic, r.rate_key or ""): self.buckets.tokens(
                     (r.topic, r.rate_key or ""), rates[r.topic], now
@@ -150,6 +151,7 @@ class InMemoryStore(FakeUpkeep):
                 running[row.topic] += 1
                 out.append(self._take(row, holder, lease, now))
             if fair:  # returned in claim order, as PostgreSQL's RETURNING gives them
+                self.turns.served([self.rows[c.id] for c in out], tags, fair)
                 out.sort(key=lambda c: (-c.priority, c.available_at, c.id))
             self._spend(out, rates, now)
             if len(out) < limit:
@@ -310,17 +312,3 @@ class InMemoryStore(FakeUpkeep):
                 ],
                 now,
             )
-
-
-def fair_order(ready: list[JobRecord], fair: Mapping[str, Fairness]) -> list[JobRecord]:
-    """``ready`` (in claim order) with the keys of fair topics in turn: a row's turn is its
-    place among its key's ready rows of its priority over its key's weight (queries.sql
-    ``claim_topic_fair``); rows of other topics keep their place (turn 0)."""
-    seen: Counter[tuple[str, str | None, int]] = Counter()
-    turn: dict[str, float] = {}
-    for row in ready:
-        if row.topic in fair:
-            seen[row.topic, row.rate_key, row.priority] += 1
-            weight = fair[row.topic].weight(row.rate_key)
-            turn[row.id] = seen[row.topic, row.rate_key, row.priority] / weight
-    return sorted(ready, key=lambda r: (-r.priority, turn.get(r.id, 0.0), r.available_at, r.id))

@@ -12,6 +12,7 @@ from typing import Any
 
 from brooq.engine.fake.buckets import Buckets
 from brooq.engine.fake.recording import Executed
+from brooq.engine.fake.turns import FairTurns
 from brooq.engine.results import wait_for_result
 from brooq.engine.store import Ticket
 from brooq.vocabulary import (
@@ -40,6 +41,8 @@ class FakeTable:
         self.executed: list[Executed] = []
         """Statements that committed settle hooks ran on their RecordingConnection."""
         self.buckets = Buckets()
+        self.turns = FairTurns()
+        """The fair topics' turns (the ``brooq_fair_turn`` and ``brooq_fair_clock`` tables)."""
         """The rate limits' buckets (the ``brooq_rate_limit`` table)."""
         self._clock = clock or (lambda: datetime.now(UTC))
         self._lock = threading.RLock()

@@ -13,3 +13,21 @@ ALTER TABLE job ADD CONSTRAINT job_app_version_check
 
 -- Each supervisor's version, for `brooq workers`, `brooq status` and the dashboard.
 ALTER TABLE brooq_supervisor ADD COLUMN app_version text;
+
+-- Fair claiming (fairness="round_robin"): the turns of a fair topic's keys, kept by its
+-- claims (claim_topic_fair) under the topic's claim lock. A key's row is when its next turn
+-- starts (start-time fair queuing: each job it was given moves it 1/weight on); the topic's
+-- clock is where the last claim stood, so a key that comes back after a pause starts at the
+-- clock, never with credit for the time it had no job. Key '' is the jobs without one
+-- (never a job's rate_key). Rows of keys whose turn the clock has passed are deleted by
+-- the claims: they would start at the clock anyway.
+CREATE TABLE brooq_fair_turn (
+    topic   text    NOT NULL,
+    key     text    NOT NULL,
+    finish  float8  NOT NULL,
+    PRIMARY KEY (topic, key)
+);
+CREATE TABLE brooq_fair_clock (
+    topic   text    PRIMARY KEY,
+    clock   float8  NOT NULL
+);
