@@ -401,11 +401,6 @@ fair_weights AS (
     SELECT key, weight FROM unnest(%(fair_keys)s::text[], %(fair_weights)s::int[]) AS w(key, weight)
 )
 
--- fragment: fair_rank
--- A rate-limited fair topic's candidate's turn: its place among its key's heads within its
--- priority (from 1); claim_topic_rated orders by it (within one claim; see its comment).
-row_number() OVER (PARTITION BY priority ORDER BY available_at, id)::float8
-
 -- fragment: fair_place
 -- A candidate row's place among its key's candidates, from 0, in claim order.
 (row_number() OVER (ORDER BY priority DESC, available_at, id) - 1)::float8
@@ -521,8 +516,8 @@ GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
 -- are walked on job_rate_key_idx (one short probe per key), the head of every
 -- key with tokens is taken, then the best of those heads, so a busy key never
 -- starves the others. Rows of keys whose bucket is full again are deleted. On a fair
--- topic (%(fair)s) the heads are taken by turn within each priority, as claim_topic_fair
--- takes them (the heads of a key with tokens are its oldest rows: their turns are the same).
+-- topic (%(fair)s) the heads go by their tags and the claim keeps the turns, as
+-- claim_topic_fair does (the heads of a key with tokens are its oldest rows).
 -- Returns the claimed rows and, on every row (one row of NULLs when none was
 -- claimed), wait_s: the seconds until a key that still has ready jobs but no
 -- token gets one (NULL: no key waits for the limit).
@@ -548,13 +543,23 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys WHERE rate_key IS NOT NULL) AS k
     CROSS JOIN clock
     LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
-), keyed AS (
-    SELECT head.id, head.priority, head.available_at,
-           head.turn / COALESCE(w.weight, 1) AS turn
+), fair_clock AS MATERIALIZED (
+    SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
+), starts AS MATERIALIZED (
+    SELECT b.key, COALESCE(w.weight, 1)::float8 AS weight,
+           GREATEST(c.v, COALESCE(turn.finish, c.v)) AS start
     FROM buckets AS b
+    CROSS JOIN fair_clock AS c
     LEFT JOIN fair_weights AS w ON w.key = b.key
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = b.key
+    WHERE %(fair)s
+), keyed AS (
+    SELECT head.id, head.priority, head.available_at, b.key,
+           s.start + head.place / s.weight AS tag
+    FROM buckets AS b
+    LEFT JOIN starts AS s ON s.key = b.key
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at, {{fair_rank}} AS turn
+        SELECT id, priority, available_at, {{fair_place}} AS place
         FROM (SELECT id, priority, available_at FROM job
               WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
               ORDER BY {{claim_order}}
@@ -563,15 +568,19 @@ WITH RECURSIVE clock AS MATERIALIZED (
     ) AS head
     WHERE b.key <> '' AND b.tokens > 0
 ), unkeyed AS (
-    SELECT id, priority, available_at, {{fair_rank}} AS turn
-    FROM (SELECT id, priority, available_at FROM job
-          WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key IS NULL
-          ORDER BY {{claim_order}}
-          LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
-          FOR NO KEY UPDATE SKIP LOCKED) AS oldest
+    SELECT head.id, head.priority, head.available_at, ''::text AS key,
+           s.start + head.place / s.weight AS tag
+    FROM (SELECT id, priority, available_at, {{fair_place}} AS place
+          FROM (SELECT id, priority, available_at FROM job
+                WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                  AND rate_key IS NULL
+                ORDER BY {{claim_order}}
+                LIMIT LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+                FOR NO KEY UPDATE SKIP LOCKED) AS oldest) AS head
+    LEFT JOIN starts AS s ON s.key = ''
 ), chosen AS (
-    SELECT id FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
-    ORDER BY priority DESC, CASE WHEN %(fair)s THEN turn ELSE 0 END, available_at, id
+    SELECT id, key, tag FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
+    ORDER BY priority DESC, CASE WHEN %(fair)s THEN tag ELSE 0 END, available_at, id
     LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
                ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
                    SELECT count(*) FROM job AS running
@@ -610,6 +619,28 @@ WITH RECURSIVE clock AS MATERIALIZED (
         WHERE topic = %(topic)s AND key <> '' AND full_at <= clock.t
           AND key NOT IN (SELECT key FROM used)
         FOR UPDATE OF brooq_rate_limit SKIP LOCKED)
+), fair_served AS (
+    SELECT chosen.key, count(*) AS jobs, max(chosen.tag) AS last_tag
+    FROM chosen JOIN claimed ON claimed.id = chosen.id
+    WHERE %(fair)s
+    GROUP BY chosen.key
+), fair_moved AS (
+    SELECT GREATEST(c.v, COALESCE((SELECT max(last_tag) FROM fair_served), c.v)) AS v
+    FROM fair_clock AS c
+), fair_turned AS (
+    INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
+    SELECT %(topic)s, fair_served.key, s.start + fair_served.jobs / s.weight
+    FROM fair_served JOIN starts AS s ON s.key = fair_served.key
+    ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
+), fair_clocked AS (
+    INSERT INTO brooq_fair_clock AS c (topic, clock)
+    SELECT %(topic)s, fair_moved.v FROM fair_moved WHERE EXISTS (SELECT FROM fair_served)
+    ON CONFLICT (topic) DO UPDATE SET clock = EXCLUDED.clock
+), fair_forgotten AS (
+    DELETE FROM brooq_fair_turn AS turn
+    USING fair_moved
+    WHERE %(fair)s AND turn.topic = %(topic)s AND turn.finish <= fair_moved.v
+      AND turn.key NOT IN (SELECT key FROM fair_served)
 ), waits AS (
     SELECT min(EXTRACT(EPOCH FROM COALESCE(spent.full_at, b.full_at) - clock.t)
                - floor((%(burst)s - 1) * %(per_us)s::numeric / %(rate)s) / 1000000)::float8

@@ -117,6 +117,22 @@ def test_fairness_composes_with_a_rate_limit(env: Env) -> None:
     b = jobs(env.store, "b", 2)
     rates = {"work": RateLimit(100, timedelta(seconds=1), 100)}
     assert claim(env.store, 4, rates=rates) == {a[0], b[0], a[1], b[1]}
+    c = jobs(env.store, "c", 3)
+    # One at a time, the keys with tokens still alternate: c is new, a's turn comes next.
+    taken = [
+        x.id
+        for _ in range(3)
+        for x in env.store.claim_many("w", ["work"], LEASE, 1, {}, rates, FAIR)
+    ]
+    assert taken == [c[0], a[2], c[1]]
+
+
+def test_a_key_without_tokens_waits_and_the_others_go_on_in_turn(env: Env) -> None:
+    a = jobs(env.store, "a", 6)
+    b = jobs(env.store, "b", 6)
+    rates = {"work": RateLimit(2, timedelta(hours=1), 2)}  # two starts per key, then none
+    assert claim(env.store, 10, rates=rates) == {a[0], a[1], b[0], b[1]}
+    assert claim(env.store, 10, rates=rates) == set()
 
 
 def test_a_fair_claim_takes_only_its_version(env: Env) -> None:

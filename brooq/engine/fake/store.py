@@ -129,7 +129,7 @@ class InMemoryStore(FakeUpkeep):
             )
             tags: dict[str, tuple[str, float]] = {}
             if fair:
-                ready, tags = self.turns.order(ready, fair, rates)
+                ready, tags = self.turns.order(ready, fair)
             tokens = {
                 (r.topic, r.rate_key or ""): self.buckets.tokens(
                     (r.topic, r.rate_key or ""), rates[r.topic], now

@@ -19,32 +19,25 @@ class FairTurns:
         self._starts: dict[tuple[str, str], float] = {}
 
     def order(
-        self, ready: list[JobRecord], fair: Mapping[str, Fairness], rated: Iterable[str]
+        self, ready: list[JobRecord], fair: Mapping[str, Fairness]
     ) -> tuple[list[JobRecord], dict[str, tuple[str, float]]]:
         """``ready`` (in claim order) in the order a claim takes them, and each fair row's
         (key, tag). A fair topic's rows go by priority, then tag: the key's start (the
         topic's clock, or the key's finish when later) plus its place among the key's ready
-        rows over its weight. A rate-limited fair topic's rows go by their place within
-        their priority over the weight, within this claim only (claim_topic_rated)."""
-        rated = set(rated)
+        rows over its weight (claim_topic_fair; claim_topic_rated on a rate-limited one)."""
         starts: dict[tuple[str, str], float] = {}
-        places: Counter[tuple[str, str, int]] = Counter()
+        places: Counter[tuple[str, str]] = Counter()
         tags: dict[str, tuple[str, float]] = {}
         for row in ready:
             if row.topic not in fair:
                 continue
             key = row.rate_key or ""
-            weight = fair[row.topic].weight(row.rate_key)
-            if row.topic in rated:
-                places[row.topic, key, row.priority] += 1
-                tags[row.id] = (key, places[row.topic, key, row.priority] / weight)
-                continue
             at = (row.topic, key)
             if at not in starts:
                 clock = self.clock.get(row.topic, 0.0)
                 starts[at] = max(clock, self.finish.get(at, clock))
-            tags[row.id] = (key, starts[at] + places[row.topic, key, 0] / weight)
-            places[row.topic, key, 0] += 1
+            tags[row.id] = (key, starts[at] + places[at] / fair[row.topic].weight(row.rate_key))
+            places[at] += 1
         self._starts = starts
         ordered = sorted(
             ready,
@@ -69,8 +62,6 @@ class FairTurns:
         last: dict[str, float] = {}
         for row in taken:
             at = (row.topic, tags[row.id][0])
-            if at not in self._starts:
-                continue  # a rate-limited fair topic keeps no turns
             jobs[at] += 1
             last[row.topic] = max(last.get(row.topic, 0.0), tags[row.id][1])
         for (topic, key), n in jobs.items():
