@@ -69,6 +69,10 @@ class Admin(Protocol):
         ``from_version`` to ``to_version`` (None: unversioned), batch by batch; how many."""
         ...
 
+    def count_retargetable(self, where: JobFilter, from_version: str | None) -> int:
+        """How many jobs :meth:`retarget` of ``where`` from ``from_version`` would move now."""
+        ...
+
     def cancel(self, job_id: str, reason: str | None = None) -> bool:
         """Cancel one job that is not terminal yet (a running one too); False if it was."""
         ...
