@@ -1,10 +1,11 @@
-"""``brooq jobs list|retry|cancel|purge``: the everyday job commands of an operator.
+"""``brooq jobs list|retry|cancel|purge|retarget``: the everyday job commands of an operator.
 
 Every command takes the same filters (brooq.cli.filters), prints a count of
 what it changed (``--json``: one document), and exits 2 on bad input. The
 state guards live in the SQL (brooq/postgres/queries.sql): retry only moves
 ``dead`` (or ``canceled``) rows, cancel only ``pending``/``failed`` ones,
-purge only deletes terminal rows — whatever filter is given. ``jobs cancel --workflow
+purge only deletes terminal rows, retarget only moves the app version of rows not
+started yet — whatever filter is given. ``jobs cancel --workflow
 ID`` cancels every job of a workflow that has not ended, running ones too, in one
 statement.
 """

@@ -9,7 +9,7 @@ import pytest
 
 from brooq.engine.outcome import DONE
 from brooq.engine.store import Store
-from brooq.vocabulary import InvalidAppVersion, Job, RateLimit, app_version
+from brooq.vocabulary import InvalidAppVersion, Job, RateLimit, Workflow, app_version
 from tests.integration.test_contract import LEASE, Env, FakeEnv, PgEnv
 
 
@@ -103,3 +103,15 @@ def test_a_bad_version_is_refused_with_what_to_do(bad: str) -> None:
         return
     with pytest.raises(InvalidAppVersion, match="app version"):
         app_version(bad)
+
+
+def test_a_workflow_and_jobs_after_others_carry_their_enqueuers_version(env: Env) -> None:
+    store = versioned(env.store, "v2")
+    wf = Workflow()
+    first = wf.add(Job("work", "a"))
+    wf.add(Job("work", "b"), after=[first])
+    written = store.enqueue_workflow(wf)
+    (after,) = store.enqueue_many([Job("work", "c", after=[written[0].id])])
+    assert {store.get(e.id).app_version for e in [*written, after]} == {"v2"}
+    assert claimed_ids(store, "v1") == set()  # the parent is v2's: v1 never starts it
+    assert claimed_ids(store, "v2") == {written[0].id}
