@@ -377,22 +377,29 @@ FROM unnest(ARRAY(
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
--- fragment: ready_keys
--- The distinct keys (rate_key) of a topic with claimable rows, walked on job_rate_key_idx
--- in key order: one short probe per key (a loose index scan), never a read of each row.
-ready_keys AS (
-    (SELECT rate_key FROM job
-     WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key IS NOT NULL
-     ORDER BY rate_key
+-- fragment: key_heads
+-- Each key (rate_key) of a topic with a claimable row, and its head (its first such row
+-- in claim order), walked on job_rate_key_idx in key order: one short probe per key (a
+-- loose index scan that reads the head it stops at), never a read of each row. The
+-- conditions are the `ready` and `served_version` fragments' (a fragment holds none).
+key_heads AS (
+    (SELECT rate_key, priority, available_at, id FROM job
+     WHERE state IN ('pending', 'failed') AND available_at <= now() AND topic = %(topic)s
+       AND rate_key IS NOT NULL
+       AND (app_version IS NULL OR app_version = %(app_version)s::text)
+     ORDER BY rate_key, priority DESC, available_at, id
      LIMIT 1)
     UNION ALL
-    SELECT (SELECT next.rate_key FROM job AS next
-            WHERE next.topic = %(topic)s AND next.state IN ('pending', 'failed')
-              AND next.rate_key > ready_keys.rate_key
-            ORDER BY next.rate_key
-            LIMIT 1)
-    FROM ready_keys
-    WHERE ready_keys.rate_key IS NOT NULL
+    SELECT head.rate_key, head.priority, head.available_at, head.id
+    FROM key_heads AS k
+    CROSS JOIN LATERAL (
+        SELECT rate_key, priority, available_at, id FROM job AS next
+        WHERE state IN ('pending', 'failed') AND available_at <= now() AND topic = %(topic)s
+          AND rate_key > k.rate_key
+          AND (app_version IS NULL OR app_version = %(app_version)s::text)
+        ORDER BY rate_key, priority DESC, available_at, id
+        LIMIT 1
+    ) AS head
 )
 
 -- fragment: fair_weights
@@ -424,44 +431,70 @@ END
 -- its tag after the jobs it took, and the clock to the last tag it took. So over claims of
 -- any size (one at a time too) the keys with ready jobs alternate, weighted, and a key
 -- that comes back after a pause starts at the clock, with no credit for the pause.
--- Reads: the distinct keys with claimable rows walked on job_rate_key_idx (ready_keys);
--- each key's oldest `limit` ready rows, unlocked, on the same index (a key cannot give
--- more); jobs without a key (key '') among the topic's first `unkeyed_window` ready rows
--- on job_claim_idx, so a topic whose jobs all have keys is never read whole for none. Only
--- the chosen rows are locked (SKIP LOCKED, the ready state checked again on each row as
--- it is now): the claim locks and writes `limit` rows however many keys it read.
-WITH RECURSIVE {{ready_keys}}, {{fair_weights}}, clock AS MATERIALIZED (
+-- Reads: each key with claimable rows and its head, walked on job_rate_key_idx
+-- (key_heads); then, only for keys that can give more than their head, their next rows on
+-- the same index, unlocked: a key's row p (tag start + p / weight) is passed over when at
+-- least `limit` other heads of a priority at least its head's start before its tag, as
+-- they all go first (`cut`: the (limit+1)-th smallest start among the heads of such a
+-- priority, its key's own included, so at most one of them is the key's); jobs without a
+-- key (key '') among the topic's first `unkeyed_window` ready rows on job_claim_idx, so a
+-- topic whose jobs all have keys is never read whole for none. Only the chosen rows are
+-- locked (SKIP LOCKED, the ready state checked again on each row as it is now): the claim
+-- locks and writes `limit` rows however many keys it read.
+WITH RECURSIVE {{key_heads}}, {{fair_weights}}, clock AS MATERIALIZED (
     SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
 ), starts AS MATERIALIZED (
-    SELECT k.key, COALESCE(w.weight, 1)::float8 AS weight,
+    SELECT k.rate_key AS key, k.priority, k.available_at, k.id,
+           COALESCE(w.weight, 1)::float8 AS weight,
            GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start
-    FROM (SELECT rate_key AS key FROM ready_keys WHERE rate_key IS NOT NULL
-          UNION ALL SELECT '') AS k
+    FROM key_heads AS k
     CROSS JOIN clock
-    LEFT JOIN fair_weights AS w ON w.key = k.key
-    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = k.key
+    LEFT JOIN fair_weights AS w ON w.key = k.rate_key
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = k.rate_key
+), cuts AS MATERIALIZED (
+    SELECT level.priority,
+           (SELECT s.start FROM starts AS s WHERE s.priority >= level.priority
+            ORDER BY s.start OFFSET %(limit)s LIMIT 1) AS cut
+    FROM (SELECT DISTINCT priority FROM starts) AS level
+), more AS (
+    SELECT s.key, s.start, s.weight,
+           CASE WHEN c.cut IS NULL THEN %(limit)s - 1
+                ELSE GREATEST(0, LEAST(%(limit)s - 1,
+                                       floor((c.cut - s.start) * s.weight + 1e-9)::int))
+           END AS rows
+    FROM starts AS s JOIN cuts AS c ON c.priority = s.priority
+), unkeyed_start AS MATERIALIZED (
+    SELECT GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start,
+           COALESCE(w.weight, 1)::float8 AS weight
+    FROM clock
+    LEFT JOIN fair_weights AS w ON w.key = ''
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = ''
 ), candidates AS (
-    SELECT head.id, head.priority, head.available_at, s.key,
-           s.start + head.place / s.weight AS tag
+    SELECT s.id, s.priority, s.available_at, s.key, s.start AS tag
     FROM starts AS s
+    UNION ALL
+    SELECT next.id, next.priority, next.available_at, m.key,
+           m.start + next.place / m.weight AS tag
+    FROM more AS m
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at, {{fair_place}} AS place
+        SELECT id, priority, available_at, {{fair_place}} + 1 AS place
         FROM (SELECT id, priority, available_at FROM job
               WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
-                AND rate_key = s.key
+                AND rate_key = m.key
               ORDER BY {{claim_order}}
-              LIMIT %(limit)s) AS oldest
-    ) AS head
-    WHERE s.key <> ''
+              OFFSET 1
+              LIMIT m.rows) AS after_head
+    ) AS next
+    WHERE m.rows > 0
     UNION ALL
-    SELECT head.id, head.priority, head.available_at, '', s.start + head.place / s.weight
+    SELECT head.id, head.priority, head.available_at, '', u.start + head.place / u.weight
     FROM (SELECT id, priority, available_at, {{fair_place}} AS place
           FROM (SELECT id, priority, available_at, rate_key FROM job
                 WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
                 ORDER BY {{claim_order}}
                 LIMIT %(unkeyed_window)s) AS window_rows
           WHERE rate_key IS NULL) AS head
-    JOIN starts AS s ON s.key = ''
+    CROSS JOIN unkeyed_start AS u
 ), chosen AS (
     SELECT id, key, tag FROM candidates
     ORDER BY priority DESC, tag, available_at, id
@@ -480,8 +513,11 @@ WITH RECURSIVE {{ready_keys}}, {{fair_weights}}, clock AS MATERIALIZED (
     FROM clock
 ), turned AS (
     INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
-    SELECT %(topic)s, served.key, s.start + served.jobs / s.weight
-    FROM served JOIN starts AS s ON s.key = served.key
+    SELECT %(topic)s, served.key,
+           COALESCE(s.start, u.start) + served.jobs / COALESCE(s.weight, u.weight)
+    FROM served
+    CROSS JOIN unkeyed_start AS u
+    LEFT JOIN starts AS s ON s.key = served.key
     ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
 ), clocked AS (
     INSERT INTO brooq_fair_clock AS c (topic, clock)

@@ -64,7 +64,9 @@ def test_a_small_tenant_does_not_wait_behind_a_big_one_on_a_fair_topic_only(
     assert behind < 500, f"{behind} A jobs started before B's last one"
 
     a, b = run(dsn, pg, "plain.work")
-    # FIFO: B waits behind A's backlog (the last few A jobs and the first B ones share the
-    # last claims, and 4 workers start them in any order within a few milliseconds).
-    assert min(b) > a[-100], "without fairness B's jobs start behind (nearly) all of A's"
+    # FIFO: B waits behind A's backlog (the last A jobs and the first B ones share the last
+    # claims and the workers' queues, and 4 workers start them in any order): fewer than 1%
+    # of A's jobs start after B's first.
+    after = sum(1 for t in a if t > min(b))
+    assert after < BIG // 100, f"without fairness, {after} A jobs started after B's first"
     assert sup.stop() == 0
