@@ -433,10 +433,10 @@ END
 -- that comes back after a pause starts at the clock, with no credit for the pause.
 -- Reads: each key with claimable rows and its head, walked on job_rate_key_idx
 -- (key_heads); then, only for keys that can give more than their head, their next rows on
--- the same index, unlocked: a key's row p (tag start + p / weight) is passed over when at
--- least `limit` other heads of a priority at least its head's start before its tag, as
--- they all go first (`cut`: the (limit+1)-th smallest start among the heads of such a
--- priority, its key's own included, so at most one of them is the key's); jobs without a
+-- the same index, unlocked: a key's row p (tag start + p / weight) is passed over when the
+-- heads of at least `limit` other keys, of a priority no lower than its own head's, start
+-- before its tag, as they all go first (`cut`: the (limit+1)-th smallest start among the
+-- heads of such a priority, its key's own included, so `limit` others); jobs without a
 -- key (key '') among the topic's first `unkeyed_window` ready rows on job_claim_idx, so a
 -- topic whose jobs all have keys is never read whole for none. Only the chosen rows are
 -- locked (SKIP LOCKED, the ready state checked again on each row as it is now): the claim
