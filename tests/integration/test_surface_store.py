@@ -70,4 +70,5 @@ def test_a_scrape_during_a_timeout_has_no_database_gauges(
         "brooq_ready_oldest_age_seconds",
         "brooq_rate_tokens",
         "brooq_rate_keys_waiting",
+        "brooq_jobs_waiting_by_version",
     ]
