@@ -224,14 +224,21 @@ def served(topics: Topics) -> list[str]:
 
 
 class WorkersCollector:
-    """``brooq_workers`` and ``brooq_worker_busy{topic}`` from the supervisor's own view.
+    """``brooq_workers``, ``brooq_worker_busy{topic}`` and ``brooq_app_version_info{app_version}``
+    (1, ``""``: unversioned) from the supervisor's own view.
 
     ``read`` returns (worker processes running, busy workers per topic); the
-    supervisor's loop keeps that snapshot current, so a scrape costs nothing.
+    supervisor's loop keeps that snapshot current, so a scrape costs nothing. The
+    version's series joins the counters of a supervisor to the version it claims.
     """
 
-    def __init__(self, read: Callable[[], tuple[int, dict[str, int]]], topics: Topics) -> None:
-        self.read, self._topics = read, topics
+    def __init__(
+        self,
+        read: Callable[[], tuple[int, dict[str, int]]],
+        topics: Topics,
+        app_version: str | None = None,
+    ) -> None:
+        self.read, self._topics, self.app_version = read, topics, app_version
 
     @property
     def topics(self) -> list[str]:
@@ -250,6 +257,13 @@ class WorkersCollector:
         for topic in sorted(set(self.topics) | set(busy)):
             family.add_metric([topic], busy.get(topic, 0))
         yield family
+        version = GaugeMetricFamily(
+            "brooq_app_version_info",
+            "The app version this supervisor claims.",
+            labels=["app_version"],
+        )
+        version.add_metric([self.app_version or ""], 1)
+        yield version
 
 
 class DatabaseCollector:

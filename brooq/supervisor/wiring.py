@@ -170,6 +170,7 @@ class Wiring:
             topics=lambda: self.queue.registry.topics(),
             supervisor_pid=self.pid,
             workers=lambda: busy_by_topic(self.children.values()),
+            app_version=services.app_version_of(self.settings, self.queue.app_version),
         )
 
     def served(self) -> list[str]:

@@ -18,6 +18,7 @@ import pytest
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job
 from tests.system.harness import count, run_cli, wait_until
+from tests.system.obs_helpers import http_addr, scrape
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
 
@@ -70,6 +71,8 @@ def test_a_rolling_deploy_runs_each_job_on_its_own_version_once(
     assert out.returncode == 0, out.stderr
     shown = {s["app_version"] for s in json.loads(out.stdout)["supervisors"]}
     assert shown == {"v1", "v2"}
+    metrics = scrape(http_addr(v2))
+    assert metrics.value("brooq_app_version_info", app_version="v2") == 1
 
     assert v1.stop() == 0  # the old version's supervisors are gone…
     late = enqueue_as(dsn, "v1", 15)  # …while old web processes still enqueue as v1
