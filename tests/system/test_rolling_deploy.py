@@ -8,6 +8,9 @@ job's result is the version of the supervisor that ran it (tests/system/apps/sys
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ import pytest
 
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job
-from tests.system.harness import count, run_cli, wait_until
+from tests.system.harness import PYTHONPATH, count, run_cli, wait_until
 from tests.system.obs_helpers import http_addr, scrape
 
 pytestmark = [pytest.mark.system, pytest.mark.db]
@@ -90,3 +93,35 @@ def test_a_rolling_deploy_runs_each_job_on_its_own_version_once(
     assert count(pg, "state = 'done'") == 105
     assert count(pg, "attempts <> 1") == 0, "a job ran twice"
     assert v2.stop() == 0
+
+
+@pytest.mark.timeout(60)
+def test_brooq_work_claims_as_its_version(
+    dsn: str, pg: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """``brooq work`` with QUEUE_APP_VERSION runs its version's jobs (and unversioned ones),
+    never another version's."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("QUEUE_", "BROOQ_", "LOG_")) and k != "DATABASE_URL"
+    }
+    env.update({"DATABASE_URL": dsn, "PYTHONPATH": PYTHONPATH, "QUEUE_APP_VERSION": "v2",
+                "QUEUE_POLL_INTERVAL": "200ms"})  # fmt: skip
+    old, new, plain = enqueue_as(dsn, "v1", 5), enqueue_as(dsn, "v2", 5), enqueue_as(dsn, None, 2)
+    with open(tmp_path / "work.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "brooq.cli", "work", "--app", APP],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        try:
+            wait_until(lambda: ran_on(pg, new + plain).get("v2") == 7, 30, "v2's jobs done")
+            time.sleep(1.0)  # it polls every 200 ms: it would have taken v1's by now
+            assert count(pg, "id = ANY(%s::uuid[]) AND state = 'pending'", (old,)) == 5
+        finally:
+            proc.terminate()
+            proc.wait(timeout=20)
