@@ -25,6 +25,7 @@ from benchmarks import (
     drain,
     enqueue,
     extras,
+    fairness,
     idle,
     latency,
     middleware,
@@ -71,6 +72,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "partitions": partitions.run_round,
     "ratelimit": ratelimit.run_round,
     "workflows": workflows.run_round,
+    "fairness": fairness.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -91,8 +93,9 @@ NAMES = [
     "partitions",
     "ratelimit",
     "workflows",
+    "fairness",
 ]
-OFF_IN_QUICK = {"partitions", "workflows"}
+OFF_IN_QUICK = {"partitions", "workflows", "fairness"}
 """Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
 
 
@@ -119,6 +122,7 @@ def group_order(ctx: Context) -> list[str]:
         partitions.GROUP,
         ratelimit.GROUP,
         workflows.GROUP,
+        fairness.GROUP,
     ]
 
 
@@ -218,6 +222,7 @@ def ratios(sizes: Any, cpu_ms: float) -> list[Ratio]:
         ),
     ]
     out += ratelimit.ratios(sizes)
+    out += fairness.ratios(sizes)
     return out
 
 

@@ -73,7 +73,13 @@ def measure(dsn: str, rows: int, claims: int) -> tuple[dict[str, Any], list[floa
     """Load ``rows``, plan the claim, time ``claims`` claims; (plan, ms each, load seconds)."""
     from brooq.postgres.sql import sql
 
-    params = {"holder": "bench:claim", "lease": timedelta(minutes=5), "topic": TOPIC, "limit": 1}
+    params = {
+        "holder": "bench:claim",
+        "lease": timedelta(minutes=5),
+        "topic": TOPIC,
+        "limit": 1,
+        "app_version": None,
+    }
     with psycopg.connect(dsn, autocommit=True) as conn:
         started = time.perf_counter()
         conn.execute(LOAD, {"topic": TOPIC, "n": rows})

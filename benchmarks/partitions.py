@@ -132,7 +132,13 @@ def claim_latency(dsn: str, ready: int, claims: int) -> tuple[float, float]:
     """p50 and p99 (ms) of ``claims`` one-row claims with ``ready`` ready rows."""
     from brooq.postgres.sql import sql
 
-    params = {"holder": "bench:claim", "lease": timedelta(minutes=5), "topic": TOPIC, "limit": 1}
+    params = {
+        "holder": "bench:claim",
+        "lease": timedelta(minutes=5),
+        "topic": TOPIC,
+        "limit": 1,
+        "app_version": None,
+    }
     with psycopg.connect(dsn, autocommit=True) as conn:
         load_ready_jobs(conn, ready, notify=False)
         conn.execute("ANALYZE job")

@@ -182,7 +182,13 @@ def worker(
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT 1")
-        params = {"holder": f"raw:{os.getpid()}", "lease": LEASE, "topic": TOPIC, "limit": 1}
+        params = {
+            "holder": f"raw:{os.getpid()}",
+            "lease": LEASE,
+            "topic": TOPIC,
+            "limit": 1,
+            "app_version": None,
+        }
         ready.put(os.getpid())
         go.wait()
         db = Runner(conn)

@@ -42,7 +42,13 @@ def claimer(dsn: str, rate: float, ready: Any, stop: Any, out: Any) -> None:
     from brooq.postgres.sql import sql
 
     samples: list[tuple[float, float, bool]] = []
-    params = {"holder": "bench:claimer", "lease": timedelta(minutes=5), "topic": TOPIC, "limit": 1}
+    params = {
+        "holder": "bench:claimer",
+        "lease": timedelta(minutes=5),
+        "topic": TOPIC,
+        "limit": 1,
+        "app_version": None,
+    }
     with psycopg.connect(dsn, autocommit=True) as conn:
         statement = sql("claim_topic")
         conn.execute(statement, params)  # warm: connection, prepared plan

@@ -54,7 +54,8 @@ from brooq.vocabulary import (
 )
 
 if TYPE_CHECKING:
-    from brooq.queue import Drained, Queue, enqueue_async
+    from brooq.async_enqueue import enqueue_async
+    from brooq.queue import Drained, Queue
 
 __version__ = "0.1.0"
 
@@ -65,6 +66,10 @@ def __getattr__(name: str) -> Any:
     # The Queue pulls in psycopg; importing brooq.vocabulary or brooq.engine
     # (or just brooq) must not, so it loads on first use.
     if name in _LAZY:
+        if name == "enqueue_async":
+            from brooq.async_enqueue import enqueue_async
+
+            return enqueue_async
         from brooq import queue
 
         return getattr(queue, name)

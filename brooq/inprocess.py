@@ -132,8 +132,13 @@ class InProcessSlot:
 
     def __init__(self, queue: Queue, settings: Settings, dsn: str, options: RunOptions) -> None:
         self.queue, self.settings, self.options = queue, settings, options
+        # The version it claims as, and stamps on what its handlers enqueue (as a supervisor).
+        queue.app_version = settings.app_version or queue.app_version
         self.store = PostgresStore(
-            dsn, notify=settings.notify, max_payload_bytes=settings.max_payload_bytes
+            dsn,
+            notify=settings.notify,
+            max_payload_bytes=settings.max_payload_bytes,
+            app_version=queue.app_version,
         )
         listen = settings.listen_dsn(dsn)
         if listen is None:

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from brooq.engine.inspection import Inspection, TopicRate, TopicStateCount
+from brooq.engine.inspection import Inspection, TopicRate, TopicStateCount, VersionCount
+from brooq.gauges import paused_family, rate_families, version_family
 from brooq.osproc import no_fork
 from brooq.vocabulary.state import State
 
@@ -224,14 +225,21 @@ def served(topics: Topics) -> list[str]:
 
 
 class WorkersCollector:
-    """``brooq_workers`` and ``brooq_worker_busy{topic}`` from the supervisor's own view.
+    """``brooq_workers``, ``brooq_worker_busy{topic}`` and ``brooq_app_version_info{app_version}``
+    (1, ``""``: unversioned) from the supervisor's own view.
 
     ``read`` returns (worker processes running, busy workers per topic); the
-    supervisor's loop keeps that snapshot current, so a scrape costs nothing.
+    supervisor's loop keeps that snapshot current, so a scrape costs nothing. The
+    version's series joins the counters of a supervisor to the version it claims.
     """
 
-    def __init__(self, read: Callable[[], tuple[int, dict[str, int]]], topics: Topics) -> None:
-        self.read, self._topics = read, topics
+    def __init__(
+        self,
+        read: Callable[[], tuple[int, dict[str, int]]],
+        topics: Topics,
+        app_version: str | None = None,
+    ) -> None:
+        self.read, self._topics, self.app_version = read, topics, app_version
 
     @property
     def topics(self) -> list[str]:
@@ -250,6 +258,13 @@ class WorkersCollector:
         for topic in sorted(set(self.topics) | set(busy)):
             family.add_metric([topic], busy.get(topic, 0))
         yield family
+        version = GaugeMetricFamily(
+            "brooq_app_version_info",
+            "The app version this supervisor claims.",
+            labels=["app_version"],
+        )
+        version.add_metric([self.app_version or ""], 1)
+        yield version
 
 
 class DatabaseCollector:
@@ -295,6 +310,7 @@ class DatabaseCollector:
                         self.inspection.oldest_ready(),
                         self.inspection.rate_limits(),
                         {p.topic for p in self.inspection.pauses()},
+                        self.inspection.pending_by_version(),
                     )
                 self._cached = (time.monotonic(), values)
             return values
@@ -306,7 +322,7 @@ class DatabaseCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         try:
-            depth, oldest, rates, paused = self._values()
+            depth, oldest, rates, paused, versions = self._values()
         except Exception:
             return
         jobs = GaugeMetricFamily(
@@ -328,47 +344,11 @@ class DatabaseCollector:
         yield age
         yield from rate_families(rates)
         yield paused_family(set(self.topics) | paused, paused)
+        yield version_family(versions)
 
 
-Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate], set[str]]
+Read = tuple[list[TopicStateCount], dict[str, float], list[TopicRate], set[str], list[VersionCount]]
 """What one database read of the collector holds."""
-
-
-def rate_families(rates: Sequence[TopicRate]) -> Iterator[Any]:
-    """``brooq_rate_tokens{topic}`` and ``brooq_rate_keys_waiting{topic}`` of every
-    rate-limited topic the database has a bucket for."""
-    from prometheus_client.core import GaugeMetricFamily
-
-    tokens = GaugeMetricFamily(
-        "brooq_rate_tokens",
-        "Tokens the topic's rate limit bucket holds now (jobs without a rate_key).",
-        labels=["topic"],
-    )
-    waiting = GaugeMetricFamily(
-        "brooq_rate_keys_waiting",
-        "Keys (rate_key) of the topic whose bucket holds no whole token now.",
-        labels=["topic"],
-    )
-    for rate in rates:
-        tokens.add_metric([rate.topic], rate.tokens)
-        waiting.add_metric([rate.topic], rate.keys_waiting)
-    yield tokens
-    yield waiting
-
-
-def paused_family(topics: set[str], paused: set[str]) -> Any:
-    """``brooq_topic_paused{topic}``: 1 for a paused topic (brooq topics pause), 0 for every
-    other topic served."""
-    from prometheus_client.core import GaugeMetricFamily
-
-    family = GaugeMetricFamily(
-        "brooq_topic_paused",
-        "1 while the topic is paused (no claimer starts its jobs), 0 otherwise.",
-        labels=["topic"],
-    )
-    for topic in sorted(topics):
-        family.add_metric([topic], 1 if topic in paused else 0)
-    return family
 
 
 def render(collectors: Sequence[Any], supervisor_pid: int) -> bytes:

@@ -15,7 +15,6 @@ from brooq.engine.runner import Attempted, SlotRunner
 from brooq.engine.store import Store
 from brooq.pausing import TopicControls
 from brooq.postgres.connect import use_pgbouncer
-from brooq.postgres.enqueue import enqueue_on_async
 from brooq.postgres.store import PostgresStore, is_database_source
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -29,6 +28,7 @@ from brooq.vocabulary import (
     Workflow,
     coerce_duration,
     holder_id,
+    versions,
 )
 from brooq.vocabulary.schedule import MissedRuns
 
@@ -66,7 +66,9 @@ class Queue(TopicControls):
     that needs the database connects (invariant 9). A DSN gets one connection
     used under a lock; give a pool to enqueue from many threads at once.
     ``middleware`` wraps every enqueue and handler run, the first outermost
-    (:meth:`use` adds more).
+    (:meth:`use` adds more). ``app_version`` (default: ``QUEUE_APP_VERSION`` from the
+    environment; None: unversioned, as before versions) is stamped on every job it enqueues
+    (README, "Deploying a new version").
     """
 
     def __init__(
@@ -80,8 +82,10 @@ class Queue(TopicControls):
         pgbouncer: bool = False,
         listen_url: str | None = None,
         middleware: Sequence[Middleware] = (),
+        app_version: str | None = None,
     ) -> None:
         self.source = source
+        self._app_version = versions.default_app_version(app_version)
         if pgbouncer:
             use_pgbouncer()  # before any connection: they are all opened lazily
         self.notify = notify
@@ -100,6 +104,7 @@ class Queue(TopicControls):
                 notify=notify,
                 max_payload_bytes=max_payload_bytes,
                 listen_dsn=listen_url or "auto",
+                app_version=self._app_version,
             )
         elif source is not None:
             self._store = cast(Store, source)  # what is left of the union
@@ -148,8 +153,21 @@ class Queue(TopicControls):
                 notify=self.notify,
                 max_payload_bytes=self.max_payload_bytes,
                 listen_dsn=self.listen_url or self._settings_listen_dsn(dsn),
+                app_version=self._app_version,
             )
         return self._store
+
+    @property
+    def app_version(self) -> str | None:
+        """The version this queue stamps on the jobs it enqueues (None: unversioned)."""
+        return self._app_version
+
+    @app_version.setter
+    def app_version(self, version: str | None) -> None:
+        # A supervisor sets its own on the app's queue: its handlers' jobs carry it too.
+        self._app_version = versions.app_version(version)
+        if isinstance(self._store, PostgresStore):
+            self._store.app_version = self._app_version
 
     @staticmethod
     def _settings_listen_dsn(dsn: str) -> str | Literal["auto"] | None:
@@ -380,17 +398,3 @@ def _checked(jobs: Sequence[Job]) -> list[Job]:
         if not isinstance(job, Job):
             raise TypeError(f"enqueue takes brooq.Job values, not {type(job).__name__}")
     return jobs
-
-
-async def enqueue_async(
-    aconn: psycopg.AsyncConnection[Any],
-    job: Job,
-    *,
-    notify: bool = True,
-    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-) -> Enqueued:
-    """Enqueue one job on an asyncio connection, inside its open transaction (no queue:
-    no middleware; ``queue.enqueue_async`` goes through the queue's)."""
-    return (
-        await enqueue_on_async(aconn, [job], notify=notify, max_payload_bytes=max_payload_bytes)
-    )[0]

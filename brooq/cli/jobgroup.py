@@ -1,10 +1,11 @@
-"""``brooq jobs list|retry|cancel|purge``: the everyday job commands of an operator.
+"""``brooq jobs list|retry|cancel|purge|retarget``: the everyday job commands of an operator.
 
 Every command takes the same filters (brooq.cli.filters), prints a count of
 what it changed (``--json``: one document), and exits 2 on bad input. The
 state guards live in the SQL (brooq/postgres/queries.sql): retry only moves
 ``dead`` (or ``canceled``) rows, cancel only ``pending``/``failed`` ones,
-purge only deletes terminal rows — whatever filter is given. ``jobs cancel --workflow
+purge only deletes terminal rows, retarget only moves the app version of rows not
+started yet — whatever filter is given. ``jobs cancel --workflow
 ID`` cancels every job of a workflow that has not ended, running ones too, in one
 statement.
 """
@@ -22,10 +23,10 @@ from brooq.cli.errors import Exit, UsageError
 from brooq.cli.filters import add_filter_flags, filter_from
 from brooq.cli.text import cut, safe
 from brooq.config import Settings
-from brooq.engine.admin import CANCELABLE, PURGEABLE, RETRYABLE
+from brooq.engine.admin import CANCELABLE, PURGEABLE, RETARGETABLE, RETRYABLE
 from brooq.engine.filters import JobFilter
 from brooq.engine.inspection import JobPage, JobRow
-from brooq.vocabulary import InvalidInput, State
+from brooq.vocabulary import InvalidInput, State, app_version
 
 if TYPE_CHECKING:  # the driver is loaded only when a command needs the database
     from brooq.postgres.admin import PostgresAdmin
@@ -58,6 +59,26 @@ def register(sub: Any) -> None:
     add_filter_flags(p, PURGEABLE, state_required=True)
     _bulk_flags(p)
     p.set_defaults(func=cmd_purge, needs_schema=True)
+    p = cmds.add_parser(
+        "retarget",
+        help="move jobs not started yet from one app version to another (rolling deploys)",
+    )
+    p.add_argument("ids", nargs="*", metavar="ID", help="jobs to move (else: the filters)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--from-version", metavar="VERSION", help="jobs of this app version")
+    source.add_argument(
+        "--from-unversioned", action="store_true", help="jobs without an app version"
+    )
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-version", metavar="VERSION", help="the app version they get")
+    target.add_argument(
+        "--to-unversioned",
+        action="store_true",
+        help="take their version away (every supervisor of any version claims them)",
+    )
+    add_filter_flags(p, RETARGETABLE)
+    _bulk_flags(p)
+    p.set_defaults(func=cmd_retarget, needs_schema=True)
 
 
 def _bulk_flags(parser: argparse.ArgumentParser) -> None:
@@ -276,3 +297,47 @@ def cmd_purge(args: argparse.Namespace, settings: Settings) -> int:
         admin.close()
     _report(args, "purged", purged)
     return 0
+
+
+def cmd_retarget(args: argparse.Namespace, settings: Settings) -> int:
+    """Move the waiting, pending and failed jobs of one app version (or none) that the ids or
+    filters match to another (or none): after a rolling deploy, the jobs the old version
+    left for supervisors that are gone."""
+    where = filter_from(args, RETARGETABLE, args.ids)
+    source = _version_flag("--from-version", args.from_version, args.from_unversioned)
+    target = _version_flag("--to-version", args.to_version, args.to_unversioned)
+    if source == target:
+        raise UsageError(
+            f"--from and --to name the same version ({source or 'unversioned'}): nothing to move"
+        )
+    admin = _admin(settings)
+    try:
+        if args.dry_run:
+            _report(args, "retargeted", admin.count_retargetable(where, source))
+            return 0
+        moved = admin.retarget(where, source, target)
+        left = admin.count_retargetable(where, source) if not where.limit else 0
+    finally:
+        admin.close()
+    _report(args, "retargeted", moved, left=left)
+    if left:
+        print(
+            f"{left} matching job{'s were' if left != 1 else ' was'} not retargeted: locked "
+            "by another transaction (a claim in flight), or enqueued meanwhile by the old "
+            "version; run the command again once its supervisors and enqueuers have stopped",
+            file=sys.stderr,
+        )
+        return Exit.FAILED
+    return 0
+
+
+def _version_flag(flag: str, given: str | None, unversioned: bool) -> str | None:
+    """The version a --from/--to flag names (None: unversioned); UsageError when invalid."""
+    if unversioned:
+        return None
+    if given is None or not given.strip():
+        raise UsageError(f"{flag} given empty: name a version, or use the -unversioned flag")
+    try:
+        return app_version(given)
+    except InvalidInput as exc:
+        raise UsageError(f"{flag}: {exc}") from None

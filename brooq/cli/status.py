@@ -10,16 +10,21 @@ import argparse
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
-from zoneinfo import ZoneInfo
+from typing import Any
 
 from brooq.cli.common import print_json, require_dsn
+from brooq.cli.schedules import HasSchedules, render_schedules, schedules_table
 from brooq.cli.text import cut, safe
-from brooq.cli.workers import skipped_json, skipped_lines, supervisor_json
+from brooq.cli.workers import (
+    render_versions,
+    skipped_json,
+    skipped_lines,
+    supervisor_json,
+    version_rows,
+)
 from brooq.config import Settings
-from brooq.engine.inspection import Inspection, SkippedRow
-from brooq.engine.periodic import next_run
-from brooq.vocabulary import BrooqError, Schedule, SchemaMissing, format_duration
+from brooq.engine.inspection import Inspection, SkippedRow, SupervisorRow
+from brooq.vocabulary import BrooqError, SchemaMissing, format_duration
 
 STATES = ("waiting", "pending", "failed", "processing", "done", "dead", "canceled")
 CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear screen
@@ -55,12 +60,6 @@ def watch_seconds(text: str) -> float:
     if not 0.1 <= seconds <= 86400:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in [0.1, 86400]")
     return seconds
-
-
-class HasSchedules(Protocol):
-    """Anything with ``schedules`` (a brooq.Queue)."""
-
-    schedules: list[Schedule]
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -101,6 +100,7 @@ def snapshot(inspection: Inspection, queue: HasSchedules | None = None) -> dict[
         ],
         "dead_last_hour_total": inspection.count_dead(timedelta(hours=1)),
         **live_workers(inspection, ready),
+        "waiting_by_version": version_rows(inspection),
         "partitions": [
             {
                 **asdict(p),
@@ -182,6 +182,10 @@ def render(snap: dict[str, Any]) -> str:
         ),
         render_partitions(snap["partitions"]),
     ]
+    versions = snap.get("waiting_by_version") or []
+    if any(v["app_version"] is not None for v in versions):
+        live = [_version_holder(r) for r in snap["supervisors"] or []]
+        blocks.insert(-1, render_versions(versions, live))
     if "schedules" in snap:
         blocks.append(render_schedules(snap["schedules"]))
     return "\n\n".join(blocks)
@@ -349,42 +353,17 @@ def size(n: int) -> str:
     return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
 
 
-def schedules_table(queue: HasSchedules, now: datetime | None = None) -> list[dict[str, Any]]:
-    """One JSON-friendly row per schedule, in registration order.
-
-    Keys: name, cron, tz, topic, missed, priority, next_run (ISO 8601, UTC)
-    and next_run_local (ISO 8601 in the schedule's time zone). Schedules live
-    in code, not in the database: listing them needs the app.
-    """
-    now = now or datetime.now(UTC)
-    rows = []
-    for schedule in queue.schedules:
-        upcoming = next_run(schedule, now)
-        rows.append(
-            {
-                "name": schedule.name,
-                "cron": schedule.cron,
-                "tz": schedule.tz,
-                "topic": schedule.topic,
-                "missed": schedule.missed,
-                "priority": schedule.priority,
-                "next_run": upcoming.isoformat(),
-                "next_run_local": upcoming.astimezone(ZoneInfo(schedule.tz)).isoformat(),
-            }
-        )
-    return rows
-
-
-def render_schedules(rows: list[dict[str, Any]]) -> str:
-    """A plain-text table of :func:`schedules_table` rows ("schedules: none" when empty)."""
-    if not rows:
-        return "schedules: none"
-    columns = ["name", "cron", "tz", "topic", "missed", "next_run"]
-    cells = [[safe(row[c]) for c in columns] for row in rows]
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    lines = ["schedules:"]
-    for values in [columns, *cells]:
-        lines.append(
-            "  " + "  ".join(v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
-        )
-    return "\n".join(lines)
+def _version_holder(row: dict[str, Any]) -> SupervisorRow:
+    """Enough of a live supervisor's JSON for :func:`render_versions`: its version."""
+    return SupervisorRow(
+        holder=row["holder"],
+        host=row["host"],
+        pid=row["pid"],
+        app=row["app"],
+        topics=tuple(row["topics"]),
+        started_at=datetime.fromisoformat(row["started_at"]),
+        seen_at=datetime.fromisoformat(row["seen_at"]),
+        workers=(),
+        alive=True,
+        app_version=row.get("app_version"),
+    )

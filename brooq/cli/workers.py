@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from brooq.cli.common import print_json, require_dsn
 from brooq.cli.text import safe
 from brooq.config import Settings
-from brooq.engine.inspection import SkippedRow, SupervisorRow
+from brooq.engine.inspection import Inspection, SkippedRow, SupervisorRow
 from brooq.vocabulary import SchemaMissing, format_duration
 
 
@@ -35,6 +36,7 @@ def cmd_workers(args: argparse.Namespace, settings: Settings) -> int:
     inspection = PostgresInspection(dsn)
     try:
         found = inspection.supervisor_rows()
+        versions = version_rows(inspection)
     except SchemaMissing:
         check_schema(dsn)  # no job table at all: say that, the first thing to fix
         raise
@@ -47,10 +49,14 @@ def cmd_workers(args: argparse.Namespace, settings: Settings) -> int:
             {
                 "supervisors": [supervisor_json(r, now) for r in rows],
                 "skipped": [skipped_json(s) for s in found.skipped],
+                "waiting_by_version": versions,
             }
         )
     else:
         print(render(rows, now))
+        if any(v["app_version"] is not None for v in versions):
+            print()
+            print(render_versions(versions, [r for r in rows if r.alive]))
         for line in skipped_lines(found.skipped):
             print(f"brooq: warning: {line}", file=sys.stderr)
     return 0
@@ -89,6 +95,7 @@ def supervisor_json(row: SupervisorRow, now: datetime) -> dict[str, Any]:
         "started_at": row.started_at.isoformat(),
         "seen_at": row.seen_at.isoformat(),
         "alive": row.alive,
+        "app_version": row.app_version,
         "workers": [
             {
                 "pid": w.pid,
@@ -119,6 +126,7 @@ def render(rows: list[SupervisorRow], now: datetime) -> str:
             f"{safe(row.holder):<34} {safe(row.host):<16} {row.pid:>7}  "
             f"{safe(','.join(row.topics)):<24} {'':<36} {'':>8}  "
             f"{ago(row.seen_at, now)} ago{dead}"
+            + (f"  version {safe(row.app_version)}" if row.app_version else "")
         )
         for w in row.workers:
             job = safe(w.job_id) if w.job_id else "idle"
@@ -127,4 +135,30 @@ def render(rows: list[SupervisorRow], now: datetime) -> str:
                 f"{safe(w.topic or ''):<24} {job:<36} "
                 f"{ago(w.started_at, now) if w.started_at else '-':>8}"
             )
+    return "\n".join(lines)
+
+
+def version_rows(inspection: Inspection) -> list[dict[str, Any]]:
+    """Jobs not started yet per topic and app version, as JSON-friendly values."""
+    return [asdict(v) for v in inspection.pending_by_version()]
+
+
+def render_versions(versions: list[dict[str, Any]], live: list[SupervisorRow]) -> str:
+    """Jobs not started yet per app version, and which live supervisors claim them: a
+    version no live supervisor serves is said loudly (its jobs wait for one, or for
+    ``brooq jobs retarget``)."""
+    totals: dict[str | None, int] = {}
+    for v in versions:
+        totals[v["app_version"]] = totals.get(v["app_version"], 0) + v["jobs"]
+    lines = ["jobs not started yet, by app version:"]
+    for version, jobs in sorted(totals.items(), key=lambda kv: (kv[0] is not None, kv[0] or "")):
+        if version is None:
+            claimers = len(live)  # every supervisor claims unversioned jobs
+        else:
+            claimers = sum(1 for r in live if r.app_version == version)
+        name = safe(version) if version is not None else "(unversioned)"
+        note = f"{claimers} live supervisor{'s' * (claimers != 1)}"
+        if not claimers:
+            note = "NO LIVE SUPERVISOR of this version (brooq jobs retarget moves them)"
+        lines.append(f"  {name:<24} {jobs:>10}  {note}")
     return "\n".join(lines)

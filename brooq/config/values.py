@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from brooq.postgres.dsn import looks_like_dsn
 from brooq.vocabulary import InvalidInput, topic_problem
 from brooq.vocabulary.durations import MAX_DURATION, format_duration, parse_duration
+from brooq.vocabulary.versions import InvalidAppVersion, app_version
 
 T = TypeVar("T")
 
@@ -257,6 +258,16 @@ def _parse_hosts(text: str, example: str) -> tuple[str, ...]:
     return names
 
 
+def _parse_app_version(text: str, example: str) -> str:
+    try:
+        version = app_version(text.strip())
+    except InvalidAppVersion as exc:
+        raise ValueError(f"{exc}; write e.g. {example}") from None
+    assert version is not None  # an empty value is unset before it is parsed
+    return version
+
+
+APP_VERSION = Kind(_parse_app_version, metavar="VERSION")
 BOOL = Kind(_parse_bool, lambda b: "true" if b else "false", native_toml=True,
             metavar="{true,false}")  # fmt: skip
 ADDR = Kind(_parse_addr, metavar="HOST:PORT")

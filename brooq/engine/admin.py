@@ -11,7 +11,9 @@ touch in its own statement, so no caller can make it change a live row:
 - cancel_workflow: every job of a workflow that has not ended → ``canceled``;
 - purge: deletes ``done``, ``dead`` or ``canceled`` rows, in batches (never a parent
   whose children have not ended);
-- pause and resume a topic (brooq.engine.pauses).
+- pause and resume a topic (brooq.engine.pauses);
+- retarget: the app version of ``waiting``, ``pending`` or ``failed`` rows of one version
+  (or none) → another (or none); running and ended rows keep theirs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from brooq.vocabulary import InvalidInput, State
 RETRYABLE = (State.DEAD, State.CANCELED)
 CANCELABLE = (State.WAITING, State.PENDING, State.FAILED)
 PURGEABLE = (State.DONE, State.DEAD, State.CANCELED)
+RETARGETABLE = (State.WAITING, State.PENDING, State.FAILED)
 BATCH = 1000
 """Rows changed per transaction: no bulk action holds many row locks for long."""
 
@@ -61,6 +64,15 @@ class Admin(Pauses, Protocol):
 
     def purge(self, where: JobFilter) -> int:
         """Delete the terminal jobs ``where`` matches in ``where.state``, batch by batch."""
+        ...
+
+    def retarget(self, where: JobFilter, from_version: str | None, to_version: str | None) -> int:
+        """Move the jobs not started yet that ``where`` matches from app version
+        ``from_version`` to ``to_version`` (None: unversioned), batch by batch; how many."""
+        ...
+
+    def count_retargetable(self, where: JobFilter, from_version: str | None) -> int:
+        """How many jobs :meth:`retarget` of ``where`` from ``from_version`` would move now."""
         ...
 
     def cancel(self, job_id: str, reason: str | None = None) -> bool:

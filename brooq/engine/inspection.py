@@ -15,6 +15,17 @@ from brooq.vocabulary import JobRecord, State, TopicPause
 
 
 @dataclass(frozen=True, slots=True)
+class VersionCount:
+    """How many jobs of a topic not started yet (waiting, pending, failed) carry an app
+    version (None: unversioned); only supervisors of that version (or any, for None) run
+    them."""
+
+    topic: str
+    app_version: str | None
+    jobs: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicStateCount:
     """How many rows of a topic are in a state."""
 
@@ -113,6 +124,8 @@ class SupervisorRow:
     alive: bool
     """``seen_at`` within the window of the database's clock, before or after it: a row
     past it belongs to a supervisor that died, and a row dated far ahead never counts."""
+    app_version: str | None = None
+    """The app version it claims (its own jobs' and unversioned ones); None: unversioned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +216,10 @@ class Inspection(Protocol):
 
     def pauses(self) -> list[TopicPause]:
         """Every paused topic (reason, since when, by whom), by name."""
+        ...
+
+    def pending_by_version(self) -> list[VersionCount]:
+        """Jobs not started yet per topic and app version (unversioned first)."""
         ...
 
     def job(self, job_id: str) -> JobRecord:

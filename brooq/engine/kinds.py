@@ -11,6 +11,7 @@ from brooq.engine.middleware import MiddlewareStack
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
     Claim,
+    Fairness,
     InvalidKindOptions,
     KindNotRegistered,
     KindOptions,
@@ -95,6 +96,10 @@ class Registry:
     def rates(self) -> dict[str, RateLimit]:
         """The rate limit of every topic that has one (its claims spend its tokens)."""
         return {t: r for t in self.topics() if (r := self.options(t).rate_limit) is not None}
+
+    def fairness(self) -> dict[str, Fairness]:
+        """The fairness of every fair topic (``fairness="round_robin"``)."""
+        return {t: f for t in self.topics() if (f := self.options(t).fairness) is not None}
 
     def topics(self) -> list[str]:
         """Registered topics, sorted."""

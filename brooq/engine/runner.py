@@ -97,6 +97,7 @@ class SlotRunner:
             t: n for t in self.topics if t in kinds and (n := kinds.options(t).max_running)
         }
         self.rates = {t: r for t, r in kinds.rates().items() if t in self.topics}
+        self.fair = {t: f for t, f in kinds.fairness().items() if t in self.topics}
         self.next_token_in: float | None = None
         """After a claim the rate limit cut short: seconds until a token comes back."""
 
@@ -108,7 +109,7 @@ class SlotRunner:
     def run_once(self) -> Attempted | None:
         """Claim and run one job; None when no job is ready."""
         batch = self.store.claim_many(
-            self.holder, self.topics, self.lease, 1, self.limits, self.rates
+            self.holder, self.topics, self.lease, 1, self.limits, self.rates, self.fair
         )
         self.next_token_in = batch.next_token_in()
         if not batch:

@@ -15,6 +15,7 @@ from brooq.engine.outcome import Outcome
 from brooq.engine.pauses import Pauses
 from brooq.vocabulary import (
     Enqueued,
+    Fairness,
     Job,
     JobRecord,
     KindOptions,
@@ -183,6 +184,7 @@ class Store(Pauses, Protocol):
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` for ``holder`` (claim_many of one)."""
         ...
@@ -195,6 +197,7 @@ class Store(Pauses, Protocol):
         limit: int,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics`` for ``holder``, charging one attempt each.
 
@@ -205,7 +208,11 @@ class Store(Pauses, Protocol):
         a token of its bucket (one per job's ``rate_key``, the topic's own for
         jobs without one), on the store's clock: over any window of ``w``
         seconds, the claims of one bucket never exceed ``burst + rate * w``.
-        Keys with tokens are served in claim order; keys without wait.
+        Keys with tokens are served in claim order; keys without wait. A topic in
+        ``fair`` takes its keys (``rate_key``; jobs without one share one key) in turn
+        within each priority: a key's n-th oldest ready job of a priority goes before any
+        key's (n+1)-th, ``weight`` of them per turn for a weighted key (n / weight orders
+        them, then available_at and id); exact across hosts like ``limits``.
         """
         ...
 

@@ -14,6 +14,7 @@ from brooq.engine.admin import (
     BATCH,
     CANCELABLE,
     PURGEABLE,
+    RETARGETABLE,
     RETRYABLE,
     BulkCancel,
     require_state,
@@ -131,6 +132,28 @@ class PostgresAdmin(PostgresPauses):
             row = conn.execute(sql("count_cancelable"), where.params()).fetchone()
         left = int(row[0]) if row else 0
         return min(left, where.limit - canceled) if where.limit else left
+
+    def retarget(self, where: JobFilter, from_version: str | None, to_version: str | None) -> int:
+        """Jobs not started yet (waiting, pending, failed) that ``where`` matches, of app
+        version ``from_version``, to ``to_version`` (None: unversioned); how many. Rows a
+        claim holds are passed over (it takes them as they were)."""
+        if where.state is not None:
+            require_state(where, RETARGETABLE, "retarget")
+        versions = {"from_version": from_version, "to_version": to_version}
+
+        def batch(conn: psycopg.Connection[Any], want: int) -> int:
+            params = {**where.params(), **versions, "batch": want}
+            row = conn.execute(sql("retarget_jobs"), params).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._batches(where.limit, batch)
+
+    def count_retargetable(self, where: JobFilter, from_version: str | None) -> int:
+        """How many jobs a retarget of ``where`` from ``from_version`` would move now."""
+        with self.connector.connection() as conn:
+            params = {**where.params(), "from_version": from_version}
+            row = conn.execute(sql("count_retargetable"), params).fetchone()
+        return int(row[0]) if row else 0
 
     def purge(self, where: JobFilter) -> int:
         """Delete the terminal rows ``where`` matches in ``where.state``; how many."""

@@ -61,8 +61,11 @@ class CopyBatch:
     """Jobs given ids and their payloads encoded (so checked, before anything is sent), and
     written as COPY's rows a chunk at a time."""
 
-    def __init__(self, jobs: Sequence[Job], max_payload_bytes: int) -> None:
+    def __init__(
+        self, jobs: Sequence[Job], max_payload_bytes: int, app_version: str | None = None
+    ) -> None:
         self.jobs = jobs
+        self.version = r"\N" if app_version is None else app_version  # needs no escape
         self.ids = new_job_ids(len(jobs))
         self.payloads = encode_payloads([job.payload for job in jobs], max_bytes=max_payload_bytes)
         self.delayed = jobs[0].available_at is not None
@@ -74,7 +77,8 @@ class CopyBatch:
         return sql("copy_jobs_at") if self.delayed else sql("copy_jobs")
 
     def chunks(self) -> Iterator[str]:
-        """The rows as COPY text (id, payload, topic, priority, rate_key[, available_at]),
+        """The rows as COPY text (id, payload, topic, priority, rate_key, app_version
+        [, available_at]),
         CHUNK_ROWS at a time."""
         tails: dict[tuple[str, int, str | None], str] = {}  # a batch has few of them
         lines: list[str] = []
@@ -83,7 +87,7 @@ class CopyBatch:
                 payload = payload.replace("\\", "\\\\")
             tail = tails.get(shared := (job.topic, job.priority, job.rate_key))
             if tail is None:
-                tail = tails[shared] = _tail(job)
+                tail = tails[shared] = f"{_tail(job)}\t{self.version}"
             if self.delayed:
                 assert job.available_at is not None
                 tail = f"{tail}\t{job.available_at.isoformat()}"

@@ -238,6 +238,12 @@ def steps_for(jobs: Sequence[Job], notify: bool, max_payload_bytes: int) -> Step
     return enqueue_steps(PreparedBatch(jobs, max_payload_bytes), notify)
 
 
+def versioned(params: Any, app_version: str | None) -> Any:
+    """An enqueue statement's parameters with the version its jobs are stamped with (one
+    for the whole statement: the enqueuer's). Statements that write no job ignore it."""
+    return {**params, "app_version": app_version}
+
+
 def _conflict() -> EnqueueConflict:
     return EnqueueConflict(
         "an idempotency key of this enqueue was taken by a transaction that committed "
@@ -251,8 +257,10 @@ def enqueue_on(
     *,
     notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app_version: str | None = None,
 ) -> list[Enqueued]:
-    """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open.
+    """Enqueue ``jobs`` on ``conn``, inside whatever transaction it has open, each stamped
+    with ``app_version`` (the enqueuer's; None: unversioned, claimed by every supervisor).
 
     Nothing is committed here: the jobs (and their keys) become visible when
     the caller commits and vanish if it rolls back. A large keyless batch is
@@ -261,16 +269,19 @@ def enqueue_on(
     if not jobs:
         return []
     if copyable(jobs):
-        return copy_on(conn, CopyBatch(jobs, max_payload_bytes), notify)
-    return run_steps(conn, steps_for(jobs, notify, max_payload_bytes))
+        return copy_on(conn, CopyBatch(jobs, max_payload_bytes, app_version), notify)
+    return run_steps(conn, steps_for(jobs, notify, max_payload_bytes), app_version)
 
 
-def run_steps(conn: psycopg.Connection[Any], steps: Steps) -> list[Enqueued]:
-    """Run an enqueue's statements on ``conn``, in whatever transaction it has open."""
+def run_steps(
+    conn: psycopg.Connection[Any], steps: Steps, app_version: str | None = None
+) -> list[Enqueued]:
+    """Run an enqueue's statements on ``conn``, in whatever transaction it has open; the
+    jobs written carry ``app_version``."""
     try:
         statement, params = next(steps)
         while True:
-            cur = conn.execute(statement, params)
+            cur = conn.execute(statement, versioned(params, app_version))
             rows = cur.fetchall() if cur.description is not None else []
             statement, params = steps.send(rows)
     except StopIteration as done:
@@ -285,18 +296,20 @@ async def enqueue_on_async(
     *,
     notify: bool = True,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    app_version: str | None = None,
 ) -> list[Enqueued]:
     """:func:`enqueue_on` for an asyncio connection."""
     if not jobs:
         return []
     if copyable(jobs):
-        return await copy_on_async(aconn, CopyBatch(jobs, max_payload_bytes), notify)
+        batch = CopyBatch(jobs, max_payload_bytes, app_version)
+        return await copy_on_async(aconn, batch, notify)
     steps = steps_for(jobs, notify, max_payload_bytes)
     try:
         statement, params = next(steps)
         while True:
             with on_callers_connection():  # always the caller's: its app's asyncio connection
-                cur = await aconn.execute(statement, params)
+                cur = await aconn.execute(statement, versioned(params, app_version))
                 rows = await cur.fetchall() if cur.description is not None else []
             statement, params = steps.send(rows)
     except StopIteration as done:

@@ -26,6 +26,7 @@ from brooq.engine.inspection import (
     SupervisorRows,
     TopicRate,
     TopicStateCount,
+    VersionCount,
     WorkerSnapshot,
 )
 from brooq.postgres.connect import Connector, Source
@@ -108,6 +109,11 @@ class PostgresInspection:
                 TopicPause(r["topic"], r["reason"], r["paused_at"], r["paused_by"])
                 for r in cur.execute(sql("topic_pauses"))
             ]
+
+    def pending_by_version(self) -> list[VersionCount]:
+        """Jobs not started yet (waiting, pending, failed) per topic and app version."""
+        with self._reading() as cur:
+            return [VersionCount(**r) for r in cur.execute(sql("pending_by_version"))]
 
     def rate_limits(self) -> list[TopicRate]:
         """Every rate-limited topic recorded in brooq_rate_limit, and its tokens now."""
@@ -258,6 +264,7 @@ def supervisor_row(row: dict[str, Any]) -> SupervisorRow:
         seen_at=row["seen_at"],
         workers=workers,
         alive=bool(row["alive"]),
+        app_version=row.get("app_version"),
     )
 
 

@@ -1,4 +1,4 @@
-"""The claim of a topic with a limit: max_running, a rate limit, or both.
+"""The claim of a topic with a limit: max_running, a rate limit, fairness, or several.
 
 Each topic is claimed in a transaction of its own that first takes the
 topic's claim lock (``lock_topic``), so the count of running jobs and the
@@ -20,7 +20,7 @@ from brooq.engine.store import Claimed
 from brooq.postgres.connect import Connector
 from brooq.postgres.rows import claimed_rows
 from brooq.postgres.sql import sql
-from brooq.vocabulary import RateLimit
+from brooq.vocabulary import Fairness, RateLimit
 
 DEADLOCK_RETRIES = 5
 KEYS_PER_CLAIM = 128
@@ -31,6 +31,9 @@ UNKEYED_LOOK_S = 1.0
 """A rate-limited topic whose last claim found no job without a key looks for one again
 after this long (the look passes over every keyed job of the topic): a job enqueued
 without a key into a topic of keyed jobs waits up to this much longer."""
+UNKEYED_WINDOW = 1000
+"""A fair claim looks for jobs without a key among the topic's first this many ready rows
+(claim order): a fair topic whose jobs all have keys is never read whole for none."""
 
 
 @dataclass
@@ -51,51 +54,57 @@ def claim_limited(
     limit: int,
     max_running: int | None,
     rate: RateLimit | None,
+    app_version: str | None = None,
+    fairness: Fairness | None = None,
     walks: dict[str, KeyWalk] | None = None,
 ) -> tuple[list[Claimed], float | None]:
-    """Up to ``limit`` jobs of ``topic`` within its limits; and, when the rate limit cut the
-    claim short, the seconds until a key that waits for it has a token again. ``walks``
-    keeps, per topic, the key after which the next claim's walk over the keys starts."""
-    if rate is None:
-        assert max_running is not None
-        params: dict[str, Any] = {
-            "holder": holder,
-            "lease": lease,
-            "topic": topic,
-            "limit": limit,
-            "max_running": max_running,
-        }
-        with connector.connection() as conn, conn.transaction():
-            conn.execute(sql("lock_topic"), {"topic": topic})
-            return claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder), None
-    walk = (walks if walks is not None else {}).setdefault(topic, KeyWalk())
-    return _claim_rated(connector, holder, topic, lease, limit, max_running, rate, walk)
-
-
-def _claim_rated(
-    connector: Connector,
-    holder: str,
-    topic: str,
-    lease: timedelta,
-    limit: int,
-    max_running: int | None,
-    rate: RateLimit,
-    walk: KeyWalk,
-) -> tuple[list[Claimed], float | None]:
-    looks = time.monotonic() >= walk.unkeyed_at
-    params = {
+    """Up to ``limit`` jobs of ``topic`` (of ``app_version`` or none) within its limits; and,
+    when the rate limit cut the claim short, the seconds until a key that waits for it has a
+    token again. A fair topic takes its keys in turn (queries.sql ``claim_topic_fair``).
+    ``walks`` keeps, per rate-limited topic, where the next claim's walk over keys starts."""
+    params: dict[str, Any] = {
+        **fair_params(fairness),
         "holder": holder,
         "lease": lease,
         "topic": topic,
         "limit": limit,
         "max_running": max_running,
+        "app_version": app_version,
+    }
+    if rate is not None:
+        walk = (walks if walks is not None else {}).setdefault(topic, KeyWalk())
+        return _claim_rated(connector, holder, params, rate, walk)
+    # A fair topic, or a capped one (max_running), after the topic's claim lock.
+    statement = "claim_topic_fair" if fairness is not None else "claim_topic_limited"
+    assert fairness is not None or max_running is not None
+    with connector.connection() as conn, conn.transaction():
+        conn.execute(sql("lock_topic"), {"topic": topic})
+        return claimed_rows(conn.execute(sql(statement), params), holder), None
+
+
+def fair_params(fairness: Fairness | None) -> dict[str, Any]:
+    """The parameters a fair claim takes (a claim that is not fair ignores its turns)."""
+    return {
+        "fair": fairness is not None,
+        "fair_keys": fairness.keys if fairness else [],
+        "fair_weights": fairness.counts if fairness else [],
+        "unkeyed_window": UNKEYED_WINDOW,
+    }
+
+
+def _claim_rated(
+    connector: Connector, holder: str, given: dict[str, Any], rate: RateLimit, walk: KeyWalk
+) -> tuple[list[Claimed], float | None]:
+    topic = given["topic"]
+    params = {
+        **given,
         "rate": rate.count,
         "per": rate.per,
         "per_us": rate.interval_us,
         "burst": rate.burst,
         "after": walk.after,
         "most": KEYS_PER_CLAIM,
-        "unkeyed": looks,
+        "unkeyed": time.monotonic() >= walk.unkeyed_at,
     }
     for attempt in range(DEADLOCK_RETRIES):
         try:

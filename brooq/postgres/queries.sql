@@ -10,6 +10,12 @@
 -- A row that may be claimed now. Matches the partial index job_claim_idx.
 state IN ('pending', 'failed') AND available_at <= now()
 
+-- fragment: served_version
+-- The jobs a claimer of app version %(app_version)s may take: its own and those with none
+-- (an unversioned claimer, %(app_version)s NULL, takes only jobs with none). A filter on
+-- the rows the claim's index scan reads, never a scan of its own.
+(app_version IS NULL OR app_version = %(app_version)s::text)
+
 -- fragment: claim_order
 -- Highest priority first, then available_at, then enqueue order (UUIDv7 ids).
 priority DESC, available_at, id
@@ -194,10 +200,10 @@ WITH keyed AS (
     RETURNING job_id
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
-                     {{control_columns}})
+                     app_version, {{control_columns}})
     SELECT %(id)s::uuid, %(topic)s::text, %(payload)s::jsonb, %(key)s::text,
            COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
-           %(rate_key)s::text, {{control_params}}
+           %(rate_key)s::text, %(app_version)s::text, {{control_params}}
     WHERE %(key)s::text IS NULL OR EXISTS (SELECT FROM keyed)
     RETURNING id, topic
 ), notified AS (
@@ -224,9 +230,9 @@ WITH input AS (
     RETURNING job_id
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
-                     {{control_columns}})
+                     app_version, {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           rate_key, {{control_columns}}
+           rate_key, %(app_version)s::text, {{control_columns}}
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic
@@ -247,10 +253,11 @@ JOIN (SELECT DISTINCT topic, key FROM input
 -- statement that reads the partitioned job would lock every partition of it each time).
 -- Ids come back as text: what the caller keeps, without parsing a uuid for each.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, {{control_columns}})
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, app_version,
+                     {{control_columns}})
     VALUES (%(id)s::uuid, %(topic)s::text, %(payload)s::jsonb,
             COALESCE(%(available_at)s::timestamptz, now()), %(priority)s::smallint,
-            %(rate_key)s::text, {{control_params}})
+            %(rate_key)s::text, %(app_version)s::text, {{control_params}})
     RETURNING id, topic
 ), notified AS (
     SELECT pg_notify('brooq_job', topic) FROM inserted WHERE %(notify)s
@@ -262,9 +269,10 @@ SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM insert
 -- Many jobs without idempotency keys, from one JSON array as enqueue_many: no key to write
 -- or look up.
 WITH inserted AS (
-    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, {{control_columns}})
+    INSERT INTO job (id, topic, payload, available_at, priority, rate_key, app_version,
+                     {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), COALESCE(at, now()), priority, rate_key,
-           {{control_columns}}
+           %(app_version)s::text, {{control_columns}}
     FROM jsonb_to_recordset(%(jobs)s::jsonb)
         AS input(id uuid, topic text, payload jsonb, at timestamptz, priority smallint,
                  rate_key text, {{controls_input}})
@@ -279,11 +287,11 @@ SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM insert
 -- name: copy_jobs
 -- A keyless batch streamed in COPY's text format (brooq.postgres.bulk): the columns named,
 -- so every other one takes its default (state, times, available_at = now()).
-COPY job (id, payload, topic, priority, rate_key) FROM STDIN
+COPY job (id, payload, topic, priority, rate_key, app_version) FROM STDIN
 
 -- name: copy_jobs_at
 -- copy_jobs for jobs that carry their own available_at.
-COPY job (id, payload, topic, priority, rate_key, available_at) FROM STDIN
+COPY job (id, payload, topic, priority, rate_key, app_version, available_at) FROM STDIN
 
 -- name: notify_topics
 -- The NOTIFYs of a batch written with COPY (which returns nothing to notify from): one
@@ -315,7 +323,7 @@ UPDATE job
 SET {{claim_set}}
 FROM unnest(ARRAY(
     SELECT id FROM job
-    WHERE {{ready}} AND topic = %(topic)s
+    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT %(limit)s
     FOR NO KEY UPDATE SKIP LOCKED
@@ -334,7 +342,7 @@ FROM unnest(ARRAY(
     FROM unnest(%(topics)s::text[]) AS served(topic)
     CROSS JOIN LATERAL (
         SELECT id, priority, available_at FROM job
-        WHERE {{ready}} AND topic = served.topic
+        WHERE {{ready}} AND {{served_version}} AND topic = served.topic
         ORDER BY {{claim_order}}
         LIMIT %(limit)s
         FOR NO KEY UPDATE SKIP LOCKED
@@ -359,13 +367,172 @@ UPDATE job
 SET {{claim_set}}
 FROM unnest(ARRAY(
     SELECT id FROM job
-    WHERE {{ready}} AND topic = %(topic)s
+    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
     ORDER BY {{claim_order}}
     LIMIT GREATEST(0, LEAST(%(limit)s, %(max_running)s - (
         SELECT count(*) FROM job AS running
         WHERE running.state = 'processing' AND running.topic = %(topic)s)))
     FOR NO KEY UPDATE SKIP LOCKED
 )) AS picked (job_id)
+WHERE job.id = picked.job_id
+RETURNING {{claimed_columns}}
+
+-- fragment: key_heads
+-- Each key (rate_key) of a topic with a claimable row, and its head (its first such row
+-- in claim order), walked on job_rate_key_idx in key order: one short probe per key (a
+-- loose index scan that reads the head it stops at), never a read of each row. The
+-- conditions are the `ready` and `served_version` fragments' (a fragment holds none).
+key_heads AS (
+    (SELECT rate_key, priority, available_at, id FROM job
+     WHERE state IN ('pending', 'failed') AND available_at <= now() AND topic = %(topic)s
+       AND rate_key IS NOT NULL
+       AND (app_version IS NULL OR app_version = %(app_version)s::text)
+     ORDER BY rate_key, priority DESC, available_at, id
+     LIMIT 1)
+    UNION ALL
+    SELECT head.rate_key, head.priority, head.available_at, head.id
+    FROM key_heads AS k
+    CROSS JOIN LATERAL (
+        SELECT rate_key, priority, available_at, id FROM job AS next
+        WHERE state IN ('pending', 'failed') AND available_at <= now() AND topic = %(topic)s
+          AND rate_key > k.rate_key
+          AND (app_version IS NULL OR app_version = %(app_version)s::text)
+        ORDER BY rate_key, priority DESC, available_at, id
+        LIMIT 1
+    ) AS head
+)
+
+-- fragment: fair_weights
+-- The weights of a fair topic's keys (jobs per turn); a key not named weighs 1.
+fair_weights AS (
+    SELECT key, weight FROM unnest(%(fair_keys)s::text[], %(fair_weights)s::int[]) AS w(key, weight)
+)
+
+-- fragment: fair_place
+-- A candidate row's place among its key's candidates, from 0, in claim order.
+(row_number() OVER (ORDER BY priority DESC, available_at, id) - 1)::float8
+
+-- fragment: running_room
+-- How many more of the topic's jobs may start under its max_running (NULL: no cap).
+CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
+     ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
+         SELECT count(*) FROM job AS running
+         WHERE running.state = 'processing' AND running.topic = %(topic)s)))
+END
+
+-- name: claim_topic_fair
+-- Up to `limit` ready jobs of a fair topic (fairness="round_robin"), its keys in turn
+-- within each priority, within its max_running when it has one; run after lock_topic in
+-- the same transaction, so the claims of the topic on every host are one sequence, each
+-- seeing the rows and the turns every claim before it wrote (docs/architecture.md).
+-- Turns are start-time fair queuing: a key's next job starts at
+-- max(the topic's clock, the key's finish), each job after it 1/weight later; candidates
+-- go by priority, then that tag, then claim order; a claim moves each key it served to
+-- its tag after the jobs it took, and the clock to the last tag it took. So over claims of
+-- any size (one at a time too) the keys with ready jobs alternate, weighted, and a key
+-- that comes back after a pause starts at the clock, with no credit for the pause.
+-- Reads: each key with claimable rows and its head, walked on job_rate_key_idx
+-- (key_heads); then, only for keys that can give more than their head, their next rows on
+-- the same index, unlocked: a key's row p (tag start + p / weight) is passed over when the
+-- heads of at least `limit` other keys, of a priority no lower than its own head's, start
+-- before its tag, as they all go first (`cut`: the (limit+1)-th smallest start among the
+-- heads of such a priority, its key's own included, so `limit` others); jobs without a
+-- key (key '') among the topic's first `unkeyed_window` ready rows on job_claim_idx, so a
+-- topic whose jobs all have keys is never read whole for none. Only the chosen rows are
+-- locked (SKIP LOCKED, the ready state checked again on each row as it is now): the claim
+-- locks and writes `limit` rows however many keys it read.
+WITH RECURSIVE {{key_heads}}, {{fair_weights}}, clock AS MATERIALIZED (
+    SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
+), starts AS MATERIALIZED (
+    SELECT k.rate_key AS key, k.priority, k.available_at, k.id,
+           COALESCE(w.weight, 1)::float8 AS weight,
+           GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start
+    FROM key_heads AS k
+    CROSS JOIN clock
+    LEFT JOIN fair_weights AS w ON w.key = k.rate_key
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = k.rate_key
+), cuts AS MATERIALIZED (
+    SELECT level.priority,
+           (SELECT s.start FROM starts AS s WHERE s.priority >= level.priority
+            ORDER BY s.start OFFSET %(limit)s LIMIT 1) AS cut
+    FROM (SELECT DISTINCT priority FROM starts) AS level
+), more AS (
+    SELECT s.key, s.start, s.weight,
+           CASE WHEN c.cut IS NULL THEN %(limit)s - 1
+                ELSE GREATEST(0, LEAST(%(limit)s - 1,
+                                       floor((c.cut - s.start) * s.weight + 1e-9)::int))
+           END AS rows
+    FROM starts AS s JOIN cuts AS c ON c.priority = s.priority
+), unkeyed_start AS MATERIALIZED (
+    SELECT GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start,
+           COALESCE(w.weight, 1)::float8 AS weight
+    FROM clock
+    LEFT JOIN fair_weights AS w ON w.key = ''
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = ''
+), candidates AS (
+    SELECT s.id, s.priority, s.available_at, s.key, s.start AS tag
+    FROM starts AS s
+    UNION ALL
+    SELECT next.id, next.priority, next.available_at, m.key,
+           m.start + next.place / m.weight AS tag
+    FROM more AS m
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at, {{fair_place}} + 1 AS place
+        FROM (SELECT id, priority, available_at FROM job
+              WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                AND rate_key = m.key
+              ORDER BY {{claim_order}}
+              OFFSET 1
+              LIMIT m.rows) AS after_head
+    ) AS next
+    WHERE m.rows > 0
+    UNION ALL
+    SELECT head.id, head.priority, head.available_at, '', u.start + head.place / u.weight
+    FROM (SELECT id, priority, available_at, {{fair_place}} AS place
+          FROM (SELECT id, priority, available_at, rate_key FROM job
+                WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                ORDER BY {{claim_order}}
+                LIMIT %(unkeyed_window)s) AS window_rows
+          WHERE rate_key IS NULL) AS head
+    CROSS JOIN unkeyed_start AS u
+), chosen AS (
+    SELECT id, key, tag FROM candidates
+    ORDER BY priority DESC, tag, available_at, id
+    LIMIT {{running_room}}
+), locked AS (
+    SELECT job.id, chosen.key, chosen.tag FROM job
+    JOIN chosen ON job.id = chosen.id
+    WHERE job.state IN ('pending', 'failed') AND job.available_at <= now()
+      AND (job.app_version IS NULL OR job.app_version = %(app_version)s::text)
+    FOR NO KEY UPDATE OF job SKIP LOCKED
+), served AS (
+    SELECT locked.key, count(*) AS jobs, max(locked.tag) AS last_tag
+    FROM locked GROUP BY locked.key
+), moved AS (
+    SELECT GREATEST(clock.v, COALESCE((SELECT max(last_tag) FROM served), clock.v)) AS v
+    FROM clock
+), turned AS (
+    INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
+    SELECT %(topic)s, served.key,
+           COALESCE(s.start, u.start) + served.jobs / COALESCE(s.weight, u.weight)
+    FROM served
+    CROSS JOIN unkeyed_start AS u
+    LEFT JOIN starts AS s ON s.key = served.key
+    ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
+), clocked AS (
+    INSERT INTO brooq_fair_clock AS c (topic, clock)
+    SELECT %(topic)s, moved.v FROM moved WHERE EXISTS (SELECT FROM served)
+    ON CONFLICT (topic) DO UPDATE SET clock = EXCLUDED.clock
+), forgotten AS (
+    -- A key whose turn the clock has passed would start at the clock anyway.
+    DELETE FROM brooq_fair_turn AS turn
+    USING moved
+    WHERE turn.topic = %(topic)s AND turn.finish <= moved.v
+      AND turn.key NOT IN (SELECT key FROM served)
+)
+UPDATE job
+SET {{claim_set}}
+FROM unnest(ARRAY(SELECT id FROM locked)) AS picked (job_id)
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
@@ -388,6 +555,8 @@ GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
 -- number of keys and every key gets its turn. The head of every visited key with
 -- tokens is taken, then the best of those heads, so a busy key never starves the
 -- others. Rows of keys whose bucket is full again are deleted (`most` at a time).
+-- On a fair topic (%(fair)s) the heads go by their tags and the claim keeps the turns,
+-- as claim_topic_fair does (the heads of a key with tokens are its oldest rows).
 -- Jobs without a key are looked for only while `unkeyed` (see limited.py).
 -- Returns, on every row (one row of NULL jobs when none was claimed): wait_s, the
 -- seconds until a visited key that still has ready jobs but no token gets one (NULL:
@@ -395,7 +564,7 @@ GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
 -- first key); unkeyed_found; then the claimed job's claimed_columns.
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS t
-), ahead AS (
+), {{fair_weights}}, ahead AS (
     (SELECT rate_key FROM job
      WHERE topic = %(topic)s AND state IN ('pending', 'failed') AND rate_key > %(after)s
      ORDER BY rate_key
@@ -436,29 +605,48 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys) AS k
     CROSS JOIN clock
     LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
-), keyed AS (
-    SELECT head.id, head.priority, head.available_at
+), fair_clock AS MATERIALIZED (
+    SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
+), starts AS MATERIALIZED (
+    SELECT b.key, COALESCE(w.weight, 1)::float8 AS weight,
+           GREATEST(c.v, COALESCE(turn.finish, c.v)) AS start
     FROM buckets AS b
+    CROSS JOIN fair_clock AS c
+    LEFT JOIN fair_weights AS w ON w.key = b.key
+    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = b.key
+    WHERE %(fair)s
+), keyed AS (
+    SELECT head.id, head.priority, head.available_at, b.key,
+           s.start + head.place / s.weight AS tag
+    FROM buckets AS b
+    LEFT JOIN starts AS s ON s.key = b.key
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at FROM job
-        WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
-        ORDER BY {{claim_order}}
-        LIMIT LEAST(b.tokens, %(limit)s)
-        FOR NO KEY UPDATE SKIP LOCKED
+        SELECT id, priority, available_at, {{fair_place}} AS place
+        FROM (SELECT id, priority, available_at FROM job
+              WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND rate_key = b.key
+              ORDER BY {{claim_order}}
+              LIMIT LEAST(b.tokens, %(limit)s)
+              FOR NO KEY UPDATE SKIP LOCKED) AS oldest
     ) AS head
     WHERE b.key <> '' AND b.tokens > 0
 ), unkeyed AS (
     -- Not looked for (LIMIT 0 runs no scan) while `unkeyed` is false: the caller's last
     -- look found no job without a key, and this scan would pass over every keyed one.
-    SELECT id, priority, available_at FROM job
-    WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
-    ORDER BY {{claim_order}}
-    LIMIT CASE WHEN %(unkeyed)s THEN LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
-               ELSE 0 END
-    FOR NO KEY UPDATE SKIP LOCKED
+    SELECT head.id, head.priority, head.available_at, ''::text AS key,
+           s.start + head.place / s.weight AS tag
+    FROM (SELECT id, priority, available_at, {{fair_place}} AS place
+          FROM (SELECT id, priority, available_at FROM job
+                WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                  AND rate_key IS NULL
+                ORDER BY {{claim_order}}
+                LIMIT CASE WHEN %(unkeyed)s
+                           THEN LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
+                           ELSE 0 END
+                FOR NO KEY UPDATE SKIP LOCKED) AS oldest) AS head
+    LEFT JOIN starts AS s ON s.key = ''
 ), chosen AS (
-    SELECT id FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
-    ORDER BY priority DESC, available_at, id
+    SELECT id, key, tag FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
+    ORDER BY priority DESC, CASE WHEN %(fair)s THEN tag ELSE 0 END, available_at, id
     LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
                ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
                    SELECT count(*) FROM job AS running
@@ -489,6 +677,28 @@ WITH RECURSIVE clock AS MATERIALIZED (
        OR (bucket.rate, bucket.per, bucket.burst)
           IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
     RETURNING bucket.key, bucket.full_at
+), fair_served AS (
+    SELECT chosen.key, count(*) AS jobs, max(chosen.tag) AS last_tag
+    FROM chosen JOIN claimed ON claimed.id = chosen.id
+    WHERE %(fair)s
+    GROUP BY chosen.key
+), fair_moved AS (
+    SELECT GREATEST(c.v, COALESCE((SELECT max(last_tag) FROM fair_served), c.v)) AS v
+    FROM fair_clock AS c
+), fair_turned AS (
+    INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
+    SELECT %(topic)s, fair_served.key, s.start + fair_served.jobs / s.weight
+    FROM fair_served JOIN starts AS s ON s.key = fair_served.key
+    ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
+), fair_clocked AS (
+    INSERT INTO brooq_fair_clock AS c (topic, clock)
+    SELECT %(topic)s, fair_moved.v FROM fair_moved WHERE EXISTS (SELECT FROM fair_served)
+    ON CONFLICT (topic) DO UPDATE SET clock = EXCLUDED.clock
+), fair_forgotten AS (
+    DELETE FROM brooq_fair_turn AS turn
+    USING fair_moved
+    WHERE %(fair)s AND turn.topic = %(topic)s AND turn.finish <= fair_moved.v
+      AND turn.key NOT IN (SELECT key FROM fair_served)
 ), idle AS (
     -- SKIP LOCKED: a bucket a release is refunding is left for the next claim.
     DELETE FROM brooq_rate_limit AS bucket
@@ -516,12 +726,14 @@ WITH RECURSIVE clock AS MATERIALIZED (
     CROSS JOIN clock
     WHERE CASE WHEN b.key = ''
                THEN (SELECT id FROM job
-                     WHERE {{ready}} AND topic = %(topic)s AND rate_key IS NULL
+                     WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                       AND rate_key IS NULL
                        AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
                      ORDER BY {{claim_order}}
                      LIMIT 1)
                ELSE (SELECT id FROM job
-                     WHERE {{ready}} AND topic = %(topic)s AND rate_key = b.key
+                     WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                       AND rate_key = b.key
                        AND NOT (id = ANY(ARRAY(SELECT id FROM claimed)))
                      ORDER BY {{claim_order}}
                      LIMIT 1)
@@ -733,7 +945,7 @@ SELECT id, topic, payload::text AS payload, state, attempts, expirations, expiry
        priority, available_at, locked_by, locked_until, idempotency_key, last_error,
        last_traceback, created_at, updated_at, result::text AS result, rate_key, workflow_id,
        parents_left, if_parent_fails, max_attempts, attempt_timeout, max_execution_timeout,
-       backoff_base, backoff_max, trace_context
+       backoff_base, backoff_max, trace_context, app_version
 FROM job
 WHERE id = %(id)s
 
@@ -954,6 +1166,48 @@ WITH RECURSIVE picked AS (
 SELECT count(*) AS canceled FROM canceled
 WHERE {{resolve_forced}}
 
+-- name: retarget_jobs
+-- One batch of an operator's retarget (brooq jobs retarget): jobs not started yet (waiting,
+-- pending, failed) of app version %(from_version)s (NULL: unversioned) move to version
+-- %(to_version)s, so supervisors of that version claim them. Rows locked by another
+-- transaction are passed over (a claim in flight takes them as they were). One NOTIFY per
+-- topic with a ready row moved: the target's idle supervisors look at once.
+WITH picked AS (
+    SELECT id FROM job
+    WHERE {{job_filter}} AND state IN ('waiting', 'pending', 'failed')
+      AND app_version IS NOT DISTINCT FROM %(from_version)s::text
+    ORDER BY id
+    LIMIT %(batch)s
+    FOR NO KEY UPDATE SKIP LOCKED
+), moved AS (
+    UPDATE job
+    SET app_version = %(to_version)s::text, updated_at = now()
+    FROM picked
+    WHERE job.id = picked.id AND job.state IN ('waiting', 'pending', 'failed')
+    RETURNING job.topic, job.state
+), notified AS (
+    SELECT pg_notify('brooq_job', topic)
+    FROM (SELECT DISTINCT topic FROM moved WHERE state <> 'waiting') AS t
+)
+SELECT count(*) AS moved FROM moved
+{{notify_forced}}
+
+-- name: count_retargetable
+-- What a retarget's filter still matches (its dry run, and what it left).
+SELECT count(*) AS jobs FROM job
+WHERE {{job_filter}} AND state IN ('waiting', 'pending', 'failed')
+  AND app_version IS NOT DISTINCT FROM %(from_version)s::text
+
+-- name: pending_by_version
+-- Jobs not started yet (waiting, pending, failed) per topic and app version, for `brooq
+-- status`, `brooq workers`, the dashboard and the metrics: a read of every such row, bounded
+-- by the operator reads' statement timeout.
+SELECT topic, app_version, count(*) AS jobs
+FROM job
+WHERE state IN ('waiting', 'pending', 'failed')
+GROUP BY topic, app_version
+ORDER BY topic, app_version NULLS FIRST
+
 -- name: count_cancelable
 -- What a bulk cancel's filter still matches in a state it may cancel, after its batches:
 -- rows another transaction kept locked (SKIP LOCKED passed them), or enqueued since.
@@ -1029,11 +1283,13 @@ LISTEN brooq_pause
 
 -- name: register_supervisor
 -- A supervisor says it is alive, and what its workers run (every few seconds).
-INSERT INTO brooq_supervisor (holder, host, pid, app, topics, started_at, seen_at, workers)
+INSERT INTO brooq_supervisor (holder, host, pid, app, topics, started_at, seen_at, workers,
+                              app_version)
 VALUES (%(holder)s, %(host)s, %(pid)s, %(app)s, %(topics)s, %(started_at)s, now(),
-        %(workers)s::jsonb)
+        %(workers)s::jsonb, %(app_version)s)
 ON CONFLICT (holder) DO UPDATE
-SET topics = EXCLUDED.topics, seen_at = now(), workers = EXCLUDED.workers
+SET topics = EXCLUDED.topics, seen_at = now(), workers = EXCLUDED.workers,
+    app_version = EXCLUDED.app_version
 
 -- name: expire_supervisors
 -- Rows of supervisors not seen for a long while: they died without a clean stop.
@@ -1053,7 +1309,7 @@ SELECT holder, host, pid, app, topics,
        CASE WHEN isfinite(started_at) THEN started_at END AS started_at,
        CASE WHEN isfinite(seen_at) THEN seen_at END AS seen_at,
        started_at::text AS started_at_text, seen_at::text AS seen_at_text,
-       workers::text AS workers,
+       workers::text AS workers, app_version,
        seen_at BETWEEN now() - %(alive_within)s AND now() + %(alive_within)s AS alive
 FROM brooq_supervisor
 ORDER BY alive DESC, host, pid
@@ -1139,9 +1395,10 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO job (id, topic, payload, idempotency_key, available_at, priority, rate_key,
                      state, workflow_id, if_parent_fails, parents_left, last_error,
-                     {{control_columns}})
+                     app_version, {{control_columns}})
     SELECT id, topic, COALESCE(payload, 'null'::jsonb), key, COALESCE(at, now()), priority,
-           rate_key, state, workflow, policy, parents_left, error, {{control_columns}}
+           rate_key, state, workflow, policy, parents_left, error, %(app_version)s::text,
+           {{control_columns}}
     FROM input
     WHERE key IS NULL OR id IN (SELECT job_id FROM keyed)
     RETURNING id, topic, state

@@ -28,6 +28,7 @@ class PostgresRegistration:
         started_at: datetime,
         workers: Sequence[dict[str, Any]],
         expire_after: timedelta,
+        app_version: str | None = None,
     ) -> None:
         """Upsert this supervisor's row (seen now), and delete rows of long-dead ones."""
         with self.connector.connection() as conn, conn.transaction():
@@ -41,6 +42,7 @@ class PostgresRegistration:
                     "topics": list(topics),
                     "started_at": started_at,
                     "workers": json.dumps(list(workers), default=str),
+                    "app_version": app_version,
                 },
             )
             conn.execute(sql("expire_supervisors"), {"expire_after": expire_after})

@@ -31,6 +31,7 @@ MARKS = {
     "0012.job-workflows": "relation:job_edge",
     "0013.job-overrides": "column:trace_context",
     "0014.topic-pause": "relation:brooq_topic_pause",
+    "0015.app-versions": "column:app_version",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

@@ -40,6 +40,7 @@ from brooq.postgres.workflows import PostgresWorkflows
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Enqueued,
+    Fairness,
     Job,
     JobNotFound,
     JobRecord,
@@ -47,6 +48,7 @@ from brooq.vocabulary import (
     SettleHook,
     parse_job_id,
 )
+from brooq.vocabulary import app_version as app_version_of
 
 __all__ = ["PostgresStore", "is_database_source"]
 
@@ -59,6 +61,8 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
     operation. ``statement_timeout`` (DSN only) bounds every statement of the
     store's own connection on the server side; ``idle_timeout`` (DSN only) ends
     its session when a transaction of it sits idle that long.
+    ``app_version`` (None: none) is stamped on every job it enqueues, and its
+    claims take only jobs of that version and jobs with none (brooq.vocabulary.versions).
     """
 
     def __init__(
@@ -71,7 +75,9 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         prepare: bool = True,
         listen_dsn: str | Literal["auto"] | None = "auto",
         idle_timeout: timedelta | None = None,
+        app_version: str | None = None,
     ) -> None:
+        self.app_version = app_version_of(app_version)
         self.connector = Connector(
             Source(source, statement_timeout, prepare, idle_timeout=idle_timeout)
         )
@@ -122,20 +128,22 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         """Insert jobs in one statement; in ``conn``'s open transaction when given."""
         if conn is not None:
             with on_callers_connection():
-                return enqueue_on(
-                    conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-                )
+                return enqueue_on(conn, jobs, **self._enqueue_options)
         # One statement is atomic on its own: no BEGIN/COMMIT round trips.
         with self.connector.connection() as own:
-            return enqueue_on(
-                own, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-            )
+            return enqueue_on(own, jobs, **self._enqueue_options)
 
     async def enqueue_many_async(self, jobs: Sequence[Job], conn: Any) -> list[Enqueued]:
         """Insert jobs on an asyncio connection, in its open transaction."""
-        return await enqueue_on_async(
-            conn, jobs, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-        )
+        return await enqueue_on_async(conn, jobs, **self._enqueue_options)
+
+    @property
+    def _enqueue_options(self) -> dict[str, Any]:
+        return {
+            "notify": self.notify,
+            "max_payload_bytes": self.max_payload_bytes,
+            "app_version": self.app_version,
+        }
 
     def claim(
         self,
@@ -144,9 +152,10 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> Claimed | None:
         """Take the next ready job of ``topics`` (see claim_many)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates, fair)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -157,27 +166,28 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         limit: int,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> ClaimedBatch:
         """Take up to ``limit`` ready jobs of ``topics``: one guarded statement, SKIP LOCKED.
 
         Paused topics are left out (as read at most PAUSE_REFRESH_S ago).
 
-        Topics in ``limits`` (max_running) or ``rates`` (rate_limit) are
-        claimed under a per-topic transaction lock, so the cap and the rate
-        hold across every host. Free and limited topics take turns to go
-        first, so neither group starves the other.
+        Topics in ``limits`` (max_running), ``rates`` (rate_limit) or ``fair``
+        (fairness) are claimed under a per-topic transaction lock, so the cap, the
+        rate and the keys' turns hold across every host. Free and limited topics
+        take turns to go first, so neither group starves the other.
         """
-        caps, rated = limits or {}, rates or {}
+        caps, rated, fairs = limits or {}, rates or {}, fair or {}
         topics = self.pause_view.active(topics)
-        free = [t for t in topics if t not in caps and t not in rated]
-        capped = [t for t in topics if t in caps or t in rated]
+        free = [t for t in topics if t not in caps and t not in rated and t not in fairs]
+        capped = [t for t in topics if t in caps or t in rated or t in fairs]
         self._turn = not self._turn
         out = ClaimedBatch()
         for group in [free, capped] if self._turn else [capped, free]:
             if group and len(out) < limit:
                 take = limit - len(out)
                 if group is capped:
-                    self._claim_capped(out, holder, group, lease, take, caps, rated)
+                    self._claim_capped(out, holder, group, lease, take, (caps, rated, fairs))
                 else:
                     out.extend(self._claim_free(holder, group, lease, take))
         if len(out) >= limit:
@@ -187,7 +197,12 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
     def _claim_free(
         self, holder: str, topics: Sequence[str], lease: timedelta, limit: int
     ) -> list[Claimed]:
-        params: dict[str, Any] = {"holder": holder, "lease": lease, "limit": limit}
+        params: dict[str, Any] = {
+            "holder": holder,
+            "lease": lease,
+            "limit": limit,
+            "app_version": self.app_version,
+        }
         if len(topics) == 1:
             statement, params["topic"] = sql("claim_topic"), topics[0]
         else:
@@ -202,9 +217,9 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         topics: Sequence[str],
         lease: timedelta,
         limit: int,
-        limits: Mapping[str, int],
-        rates: Mapping[str, RateLimit],
+        limited: tuple[Mapping[str, int], Mapping[str, RateLimit], Mapping[str, Fairness]],
     ) -> None:
+        limits, rates, fair = limited
         wanted = len(out) + limit
         for topic in topics:
             if len(out) >= wanted:
@@ -217,6 +232,8 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
                 wanted - len(out),
                 limits.get(topic),
                 rates.get(topic),
+                self.app_version,
+                fair.get(topic),
                 self._walks,
             )
             out.extend(claimed)
@@ -262,9 +279,7 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
     ) -> None:
         try:
             if chain:
-                enqueue_on(
-                    conn, chain, notify=self.notify, max_payload_bytes=self.max_payload_bytes
-                )
+                enqueue_on(conn, chain, **self._enqueue_options)
             for hook in hooks:
                 hook(conn)
         except psycopg.OperationalError as exc:

@@ -122,13 +122,20 @@ def graph_steps(
 
 
 def enqueue_workflow_on(
-    conn: psycopg.Connection[Any], workflow: Workflow, notify: bool, max_payload_bytes: int
+    conn: psycopg.Connection[Any],
+    workflow: Workflow,
+    notify: bool,
+    max_payload_bytes: int,
+    app_version: str | None = None,
 ) -> list[Enqueued]:
     """Write ``workflow`` on ``conn``, in whatever transaction it has open; one Enqueued per
-    job, in the order they were added. InvalidJob when it was enqueued before."""
+    job, in the order they were added, each stamped with ``app_version`` (so every child
+    runs on the version of the code that enqueued it). InvalidJob when it was enqueued
+    before."""
     nodes = workflow.nodes()
     try:
-        done = run_steps(conn, graph_steps(nodes, workflow.id, notify, max_payload_bytes))
+        steps = graph_steps(nodes, workflow.id, notify, max_payload_bytes)
+        done = run_steps(conn, steps, app_version)
     except psycopg.errors.UniqueViolation as exc:
         # The primary key of job (of the partition that holds the id): its ids exist.
         table = exc.diag.table_name or ""
@@ -145,14 +152,16 @@ class PostgresWorkflows:
     connector: Connector
     notify: bool
     max_payload_bytes: int
+    app_version: str | None
 
     def enqueue_workflow(self, workflow: Workflow, conn: Any = None) -> list[Enqueued]:
         """Write the workflow's jobs and edges in one statement; in ``conn``'s transaction
         when given. One Enqueued per job, in the order they were added."""
+        args = (workflow, self.notify, self.max_payload_bytes, self.app_version)
         if conn is not None:
-            return enqueue_workflow_on(conn, workflow, self.notify, self.max_payload_bytes)
+            return enqueue_workflow_on(conn, *args)
         with self.connector.connection() as own:
-            return enqueue_workflow_on(own, workflow, self.notify, self.max_payload_bytes)
+            return enqueue_workflow_on(own, *args)
 
     def cancel_workflow(self, workflow_id: str, reason: str | None = None) -> int:
         """Cancel every job of the workflow that has not ended, in one statement; how many."""

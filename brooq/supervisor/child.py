@@ -89,6 +89,7 @@ class WorkerConfig:
     """Bounds of the worker's connection: a statement, a transaction left idle (services.py)."""
     connection_idle_s: float = 60.0
     """The worker closes its connection once unused this long (QUEUE_WORKER_CONNECTION_IDLE)."""
+    app_version: str | None = None  # the supervisor's: the jobs a worker chains carry it
 
 
 class _Stopping(BaseException):
@@ -103,13 +104,9 @@ class Worker:
     """The loop of one worker process: its queue of jobs, run one after the other."""
 
     def __init__(
-        self,
-        queue: Queue,
-        config: WorkerConfig,
-        sock: int,
-        board: Board | None,
+        self, queue: Queue, config: WorkerConfig, sock: int, board: Board | None,
         metrics: Metrics | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.queue, self.config, self.sock, self.board = queue, config, sock, board
         self.executor = Executor(
             queue.registry, config.max_result_bytes, parents=lambda job: self.store.parents(job)

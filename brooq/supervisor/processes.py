@@ -152,6 +152,7 @@ class Processes:
             idle_timeout=services.idle_transaction_bound(s.lease),
             connection_idle_s=s.worker_connection_idle.total_seconds(),
             max_result_bytes=s.max_result_bytes,
+            app_version=self.queue.app_version,
         )
         worker_main(self.queue, config, child_end, board, self.parent_pid, self.metrics)
 

@@ -20,7 +20,7 @@ from datetime import timedelta
 
 from brooq.engine.store import Claimed, ClaimedBatch, Store
 from brooq.supervisor.database import Database
-from brooq.vocabulary import RateLimit
+from brooq.vocabulary import Fairness, RateLimit
 
 log = logging.getLogger("brooq.supervisor")
 
@@ -88,8 +88,11 @@ class Producer:
         max_wait: float,
         on_claimed: Callable[[list[Claimed], float], None],
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> None:
         self.store, self.db, self.holder, self.lease = store, db, holder, lease
+        self.fair = dict(fair or {})
+        """The fairness of every fair topic (claimed under its claim lock, like a cap)."""
         self.groups = {g: GroupState(g) for g in groups}
         self.limits = dict(limits)
         self.rates = dict(rates or {})
@@ -190,18 +193,24 @@ class Producer:
         state.asked = want
         limits = {t: self.limits[t] for t in state.topics if t in self.limits}
         rates = {t: self.rates[t] for t in state.topics if t in self.rates}
+        fair = {t: self.fair[t] for t in state.topics if t in self.fair}
         limited = [t for t in state.topics if t in limits or t in rates]
-        free = [t for t in state.topics if t not in limits and t not in rates]
+        fair_only = [t for t in state.topics if t in fair and t not in limited]
+        free = [t for t in state.topics if t not in limited and t not in fair]
         store, holder, lease = self.store, self.holder, self.lease
 
         def claim() -> list[Claimed]:
             # Jobs of capped (max_running) or rate-limited topics only for the workers
-            # idle now, then the free topics for the rest.
+            # idle now, then fair topics (in their keys' turns) and free ones for the rest.
             out = (
-                store.claim_many(holder, limited, lease, min(want, idle), limits, rates)
+                store.claim_many(holder, limited, lease, min(want, idle), limits, rates, fair)
                 if limited and idle
                 else ClaimedBatch()
             )
+            if fair_only and len(out) < want:
+                out.extend(
+                    store.claim_many(holder, fair_only, lease, want - len(out), {}, {}, fair)
+                )
             if free and len(out) < want:
                 out.extend(store.claim_many(holder, free, lease, want - len(out), {}, {}))
             return out

@@ -44,8 +44,10 @@ class RegistrationWriter(Protocol):
         started_at: datetime,
         workers: Sequence[dict[str, Any]],
         expire_after: timedelta,
+        app_version: str | None = None,
     ) -> None:
-        """Upsert the supervisor's row; delete rows dead for longer than ``expire_after``."""
+        """Upsert the supervisor's row (with its app version, None: unversioned); delete rows
+        dead for longer than ``expire_after``."""
 
     def unregister(self, holder: str) -> None:
         """Delete the supervisor's row."""
@@ -86,7 +88,9 @@ class Registration:
         app: str,
         period: timedelta = PERIOD,
         wall_clock: Callable[[], float] = time.time,
+        app_version: str | None = None,
     ) -> None:
+        self.app_version = app_version
         # Never the claims lane: a claim must not wait behind a registration.
         self.writer, self.writes = writer, writes
         self.holder, self.app = holder, app
@@ -133,6 +137,7 @@ class Registration:
             started_at=self.started_at,
             workers=workers,
             expire_after=EXPIRE_AFTER,
+            app_version=self.app_version,
         )
 
     def _unregister(self) -> None:

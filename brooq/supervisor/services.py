@@ -39,16 +39,27 @@ def idle_transaction_bound(lease: timedelta) -> timedelta:
     return min(timedelta(seconds=5), max(timedelta(seconds=1), lease / 12))
 
 
-def open_stores(settings: Settings, dsn: str) -> tuple[PostgresStore, PostgresStore]:
-    """The writes lane's store and the claims lane's, each statement bounded (statement_bound)."""
+def open_stores(
+    settings: Settings, dsn: str, app_version: str | None = None
+) -> tuple[PostgresStore, PostgresStore]:
+    """The writes lane's store and the claims lane's, each statement bounded (statement_bound),
+    both of the supervisor's ``app_version`` (its claims take that version's jobs and those
+    with none; the periodic jobs it enqueues carry it)."""
     bound = statement_bound(settings.lease)
     writes = PostgresStore(
         dsn,
         notify=settings.notify,
         max_payload_bytes=settings.max_payload_bytes,
         statement_timeout=bound,
+        app_version=app_version,
     )
-    return writes, PostgresStore(dsn, statement_timeout=bound)
+    return writes, PostgresStore(dsn, statement_timeout=bound, app_version=app_version)
+
+
+def app_version_of(settings: Settings, app_version: str | None) -> str | None:
+    """A supervisor's app version: QUEUE_APP_VERSION from its settings (the deploy's),
+    else the app's ``Queue(app_version=…)``; None: unversioned."""
+    return settings.app_version or app_version
 
 
 def limits_of(registry: Registry) -> dict[str, int]:
@@ -81,6 +92,7 @@ def build_producer(
         max_wait=max(1.0, 2 * settings.poll_interval.total_seconds()),
         on_claimed=on_claimed,
         rates=registry.rates(),
+        fair=registry.fairness(),
     )
 
 

@@ -48,6 +48,7 @@ class Surface:
         topics: Callable[[], list[str]],
         supervisor_pid: int,
         workers: WorkersSnapshot,
+        app_version: str | None = None,
     ) -> Surface | None:
         """Bind HTTP_ADDR (SurfaceConfigError before any worker is forked); None when off.
 
@@ -67,7 +68,7 @@ class Surface:
             token=settings.token,
             allow_remote=settings.http_allow_remote,
             allowed_hosts=settings.http_allowed_hosts or (),
-            collectors=[prom.WorkersCollector(workers, topics)],
+            collectors=[prom.WorkersCollector(workers, topics, app_version)],
             more_routes=Dashboard(
                 ports, settings.token, remote=settings.http_allow_remote, throttle=throttle
             ).routes,

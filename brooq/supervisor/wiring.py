@@ -73,7 +73,9 @@ class Wiring:
         """Build every part from exactly what it uses: the stores and their lanes, the
         holdings, the producer and completer, and callbacks into the workers."""
         s, registry = self.settings, self.queue.registry
-        self.store, self.claims_store = services.open_stores(s, self.dsn)
+        self.app_version = services.app_version_of(s, self.queue.app_version)
+        self.queue.app_version = self.app_version  # what handlers enqueue carries it too
+        self.store, self.claims_store = services.open_stores(s, self.dsn, self.app_version)
         stuck_after = max(2.0, s.lease.total_seconds() / 6)
         self.db = Lanes(
             DatabaseThread(self.claims_store.connector, stuck_after),
@@ -151,6 +153,7 @@ class Wiring:
             self.db.writes,
             holder=self.holder,
             app=self.name,
+            app_version=self.app_version,
         )
 
     def pause_held(self, topics: set[str]) -> None:
@@ -184,6 +187,7 @@ class Wiring:
             topics=lambda: self.queue.registry.topics(),
             supervisor_pid=self.pid,
             workers=lambda: busy_by_topic(self.children.values()),
+            app_version=services.app_version_of(self.settings, self.queue.app_version),
         )
 
     def served(self) -> list[str]:
@@ -207,6 +211,8 @@ class Wiring:
         self.dispatcher.kinds = registry
         self.producer.limits = services.limits_of(registry)
         self.producer.rates = registry.rates()
+        self.producer.fair = registry.fairness()
+        loaded.queue.app_version = self.app_version  # the version it claims as stays
         self.maintenance.scheduler.schedules = list(loaded.queue.schedules)
         self.initialise_metrics()
         assert self.reloader is not None

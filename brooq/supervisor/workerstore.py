@@ -47,6 +47,7 @@ class WorkerStore:
                 prepare=c.prepare,
                 statement_timeout=c.statement_timeout,
                 idle_timeout=c.idle_timeout,
+                app_version=c.app_version,
             )
         self.touched = True
         return self._store

@@ -18,6 +18,7 @@ from brooq.vocabulary.errors import (
     SchemaMissing,
     StoreUnavailable,
 )
+from brooq.vocabulary.fairness import FAIRNESS_POLICIES, ROUND_ROBIN, Fairness
 from brooq.vocabulary.handler_signals import (
     AttemptTimedOut,
     CancelJob,
@@ -56,13 +57,16 @@ from brooq.vocabulary.result import (
 from brooq.vocabulary.schedule import MISSED_RUNS, Schedule
 from brooq.vocabulary.state import CLAIMABLE_STATES, TERMINAL_STATES, State
 from brooq.vocabulary.topic import TOPIC_MAX_LENGTH, Topic, topic_problem
+from brooq.vocabulary.versions import APP_VERSION_MAX_LENGTH, InvalidAppVersion, app_version
 from brooq.vocabulary.workflow import Handle, Node, Workflow
 
 __all__ = [
+    "APP_VERSION_MAX_LENGTH",
     "BUILTIN_KIND_DEFAULTS",
     "CLAIMABLE_STATES",
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_MAX_RESULT_BYTES",
+    "FAIRNESS_POLICIES",
     "IDEMPOTENCY_KEY_MAX_LENGTH",
     "IF_PARENT_FAILS",
     "JOB_OVERRIDES",
@@ -70,6 +74,7 @@ __all__ = [
     "MAX_RESULT_BYTES_LIMIT",
     "MISSED_RUNS",
     "PAUSE_REASON_MAX_CHARS",
+    "ROUND_ROBIN",
     "TERMINAL_STATES",
     "TOPIC_MAX_LENGTH",
     "AttemptTimedOut",
@@ -79,11 +84,13 @@ __all__ = [
     "Delay",
     "EnqueueConflict",
     "Enqueued",
+    "Fairness",
     "Handle",
     "HandlerSignal",
     "HasJobId",
     "IfParentFails",
     "Interrupted",
+    "InvalidAppVersion",
     "InvalidInput",
     "InvalidJob",
     "InvalidKindOptions",
@@ -119,6 +126,7 @@ __all__ = [
     "Topic",
     "TopicPause",
     "Workflow",
+    "app_version",
     "coerce_duration",
     "decode_payload",
     "decode_stored_payload",

@@ -243,6 +243,9 @@ class JobRecord:
     backoff_max: timedelta | None = None
     trace_context: dict[str, str] | None = None
     """The trace context its enqueue stored (tracing middleware), or None."""
+    app_version: str | None = None
+    """The app version of the code that enqueued it (None: unversioned); only supervisors
+    of that version (or none, when it is None) claim it."""
 
     @property
     def overrides(self) -> KindOptions | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from brooq.vocabulary.durations import coerce_duration, format_duration
 from brooq.vocabulary.errors import InvalidKindOptions
+from brooq.vocabulary.fairness import Fairness, parse_fairness
 from brooq.vocabulary.ratelimit import RateLimit, parse_rate_limit
 
 MAX_ATTEMPTS = 1_000_000
@@ -48,7 +49,9 @@ class KindOptions:
     many of its jobs start per interval across every supervisor and host, at
     most ``rate_burst`` at once (default: one interval's worth); it holds
     the parsed :class:`RateLimit` (burst included). A job's ``rate_key``
-    gives each key a limit of its own.
+    gives each key a limit of its own. ``fairness="round_robin"`` makes the keys
+    (``rate_key``) take turns within a priority, ``fair_weights`` (``{"key": n}``) jobs
+    per turn for some (brooq.vocabulary.fairness); it holds the parsed :class:`Fairness`.
 
     Durations accept a timedelta, a number of seconds or a string with units
     (``"1m"``). Invalid values raise :class:`InvalidKindOptions` listing every
@@ -64,6 +67,8 @@ class KindOptions:
     max_running: int | None = None
     rate_limit: RateLimit | None = None
     rate_burst: int | None = None
+    fairness: Fairness | None = None
+    fair_weights: tuple[tuple[str, int], ...] | None = None
 
     if TYPE_CHECKING:  # what the constructor accepts; the fields always hold timedeltas
 
@@ -78,6 +83,8 @@ class KindOptions:
             max_running: int | None = None,
             rate_limit: str | RateLimit | None = None,
             rate_burst: int | None = None,
+            fairness: str | Fairness | None = None,
+            fair_weights: Mapping[str, int] | None = None,
         ) -> None: ...
 
     def __post_init__(self) -> None:
@@ -101,6 +108,7 @@ class KindOptions:
             if problem:
                 problems.append(problem)
         problems.extend(self._rate_problems())
+        problems.extend(self._fairness_problems())
         if not problems:
             problems.extend(self._order_problems())
         if problems:
@@ -117,6 +125,13 @@ class KindOptions:
         rate, problems = parse_rate_limit(self.rate_limit, self.rate_burst)
         if rate is not None:
             object.__setattr__(self, "rate_limit", rate)
+        return problems
+
+    def _fairness_problems(self) -> list[str]:
+        fairness, problems = parse_fairness(self.fairness, self.fair_weights)
+        if fairness is not None:
+            object.__setattr__(self, "fairness", fairness)
+            object.__setattr__(self, "fair_weights", fairness.weights or None)
         return problems
 
     def _order_problems(self) -> list[str]:
@@ -158,6 +173,8 @@ class KindOptions:
         }
         if self.rate_limit is not None:
             filled.pop("rate_burst", None)  # a kind's own rate keeps its own burst
+        if self.fairness is not None:
+            filled.pop("fair_weights", None)  # a kind's own fairness keeps its own weights
         return replace(self, **filled)
 
 

@@ -72,7 +72,7 @@ def test_a_large_keyless_batch_goes_through_copy_exactly_as_given(
     with psycopg.connect(dsn, autocommit=True) as conn:
         before = datetime.now(UTC)
         done, trace = traced(conn, lambda: enqueue_on(conn, jobs))
-    assert "COPY job (id, payload, topic, priority, rate_key) FROM STDIN" in trace
+    assert "COPY job (id, payload, topic, priority, rate_key, app_version) FROM STDIN" in trace
     assert "INSERT" not in trace
     assert [(e.created, e.state) for e in done] == [(True, State.PENDING)] * N
     assert len({e.id for e in done}) == N and [e.id for e in done] == sorted(e.id for e in done)

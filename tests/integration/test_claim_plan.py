@@ -44,7 +44,13 @@ def _check_plan(conn: psycopg.Connection[Any], plan: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("name", sorted(SERVED))
 def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], name: str) -> None:
-    params = {"holder": "w1", "lease": timedelta(seconds=30), "limit": 10, **SERVED[name]}
+    params = {
+        "holder": "w1",
+        "lease": timedelta(seconds=30),
+        "limit": 10,
+        "app_version": "v1",  # a versioned claim filters on the same index scan
+        **SERVED[name],
+    }
     _check_plan(big_queue, explain(big_queue, sql(name), params))
     assert big_queue.execute("SELECT count(*) FROM job WHERE state = 'pending'").fetchone() == (
         ROWS,
@@ -52,10 +58,13 @@ def test_claim_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], nam
 
 
 PREPARED = {
-    "claim_topic": ("text, interval, text, int", "'w1', '30 seconds', 'report.daily', 10"),
+    "claim_topic": (
+        "text, interval, text, int, text",
+        "'w1', '30 seconds', 'report.daily', 10, 'v1'",
+    ),
     "claim_topics": (
-        "text, interval, text[], int",
-        "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize'], 10",
+        "text, interval, text[], int, text",
+        "'w1', '30 seconds', ARRAY['email.send', 'report.daily', 'image.resize'], 10, 'v1'",
     ),
 }
 
@@ -65,7 +74,8 @@ def test_generic_plan_uses_the_claim_index(big_queue: psycopg.Connection[Any], n
     """psycopg prepares a statement it runs often; the generic plan must be as good."""
     types, args = PREPARED[name]
     statement = sql(name)
-    for i, param in enumerate(("holder", "lease", name.replace("claim_", ""), "limit"), start=1):
+    names = ("holder", "lease", name.replace("claim_", ""), "limit", "app_version")
+    for i, param in enumerate(names, start=1):
         statement = statement.replace(f"%({param})s", f"${i}")
     assert "%(" not in statement
     big_queue.execute("SET plan_cache_mode = force_generic_plan")

@@ -100,6 +100,7 @@ def test_keyless_statements_read_no_partition_of_job(
         "rate_key": None,
         **control_params(Job("t")),
         "notify": False,
+        "app_version": None,
         "jobs": json.dumps([{"id": "01a00000-0000-7000-8000-000000000002", "topic": "t"}]),
     }
     with pg.transaction(force_rollback=True):

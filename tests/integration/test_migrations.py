@@ -21,6 +21,7 @@ ALL = [
     "0012.job-workflows",
     "0013.job-overrides",
     "0014.topic-pause",
+    "0015.app-versions",
 ]
 
 

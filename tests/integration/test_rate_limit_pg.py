@@ -159,6 +159,11 @@ def test_the_rated_claim_uses_the_indexes_and_never_scans_the_table(
         "topic": "api",
         "limit": 16,
         "max_running": 100,
+        "app_version": None,
+        "fair": True,  # the fair order reads the same rows
+        "fair_keys": ["tenant-1"],
+        "fair_weights": [3],
+        "unkeyed_window": 1000,
         "rate": 100,
         "per": timedelta(seconds=1),
         "per_us": 1_000_000,

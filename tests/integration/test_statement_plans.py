@@ -61,7 +61,7 @@ NOT_ON_JOB = {
     "copy_jobs_at": "COPY: no plan, it inserts what it is sent",
     "notify_topics": "pg_notify",
 }
-CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited"}
+CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited", "claim_topic_fair"}
 BY_ID = {"settle", "get", "cancel"}
 BY_PRIMARY_KEY = {
     "settle_many",
@@ -85,6 +85,9 @@ OPERATOR_SCANS = {
     "cancel_jobs": "an operator's filter, a batch at a time",
     "count_cancelable": "what an operator's bulk cancel left, counted once after its batches",
     "purge_jobs": "an operator's filter, a batch at a time",
+    "retarget_jobs": "an operator's filter, a batch at a time",
+    "count_retargetable": "an operator's filter (a retarget's dry run); bounded likewise",
+    "pending_by_version": "counts the rows not started yet by topic and version, as depth",
 }
 
 
@@ -93,7 +96,7 @@ TYPES = {
     "retry_in": "interval", "error": "text", "traceback": "text", "reason": "text",
     "result": "text",
     "ids": "uuid[]", "holders": "text[]", "attempts": "int[]", "lease": "interval",
-    "outcomes": "text",
+    "outcomes": "text", "app_version": "text",
 }  # fmt: skip
 """The parameters' types for PREPARE (psycopg says them when it prepares)."""
 
@@ -176,6 +179,8 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "after_at": None, "after_id": None, "until": None, "most": 4,
         "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
+        "app_version": None, "fair": False, "fair_keys": [], "fair_weights": [],
+        "unkeyed_window": 1000, "from_version": "v1", "to_version": "v2",
         "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
         "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
         "after": "", "unkeyed": True, "by": "ops",
@@ -187,14 +192,8 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         params["topics"] = ["report.daily"]
     if name in {"existing_keys", "free_orphan_keys"}:
         params["topics"] = ["report.daily", "email.send"]
-    if name in {
-        "list_jobs",
-        "count_jobs",
-        "retry_pick",
-        "cancel_jobs",
-        "count_cancelable",
-        "purge_jobs",
-    }:
+    if name in {"list_jobs", "count_jobs", "retry_pick", "cancel_jobs", "count_cancelable",
+                "purge_jobs", "retarget_jobs", "count_retargetable"}:  # fmt: skip
         params.update(topics=[], ids=[], since=now - timedelta(hours=1), state=None)
         if name == "retry_pick":
             params["state"] = "dead"

@@ -143,6 +143,7 @@ def test_status_json_is_one_object_with_every_section(
         "supervisors",
         "unserved_topics",
         "skipped_supervisors",
+        "waiting_by_version",
         "partitions",
     }
     assert data["supervisors"] == [] and data["unserved_topics"] == ["email.send"]

@@ -71,4 +71,5 @@ def test_a_scrape_during_a_timeout_has_no_database_gauges(
         "brooq_rate_tokens",
         "brooq_rate_keys_waiting",
         "brooq_topic_paused",
+        "brooq_jobs_waiting_by_version",
     ]

@@ -40,8 +40,10 @@ FAILING = ("dead", "canceled", MISSING)
 class FakeGraph(FakeTable):
     """The edges of the in-memory ``job_edge`` table, beside the rows."""
 
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
-        super().__init__(clock)
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, app_version: str | None = None
+    ) -> None:
+        super().__init__(clock, app_version)
         self.edges: dict[str, dict[str, str | None]] = {}
         """child id → {parent id: what the edge records (None: open)}."""
         self.children: dict[str, set[str]] = {}
@@ -74,6 +76,7 @@ class FakeGraph(FakeTable):
             idempotency_key=job.idempotency_key,
             priority=job.priority,
             rate_key=job.rate_key,
+            app_version=self.app_version,
             **job.controls(),
             last_error=planned.reason,
             created_at=now,

@@ -27,6 +27,7 @@ from brooq.vocabulary import (
     CLAIMABLE_STATES,
     TERMINAL_STATES,
     Enqueued,
+    Fairness,
     Job,
     JobRecord,
     NeedsDatabase,
@@ -95,9 +96,10 @@ class InMemoryStore(FakeUpkeep):
         lease: timedelta,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> Claimed | None:
         """Take the ready row of ``topics`` first by (priority desc, available_at, id)."""
-        claimed = self.claim_many(holder, topics, lease, 1, limits, rates)
+        claimed = self.claim_many(holder, topics, lease, 1, limits, rates, fair)
         return claimed[0] if claimed else None
 
     def claim_many(
@@ -108,9 +110,11 @@ class InMemoryStore(FakeUpkeep):
         limit: int,
         limits: Mapping[str, int] | None = None,
         rates: Mapping[str, RateLimit] | None = None,
+        fair: Mapping[str, Fairness] | None = None,
     ) -> ClaimedBatch:
         """Take up to ``limit`` ready rows of ``topics`` that are not paused, best first,
-        within ``limits`` and the ``rates``' buckets (on the store's clock)."""
+        within ``limits`` and the ``rates``' buckets (on the store's clock), the keys of
+        ``fair`` topics in turn."""
         with self._lock:
             topics = [t for t in topics if t not in self.paused]
             now, limits = self.now(), limits or {}
@@ -120,10 +124,16 @@ class InMemoryStore(FakeUpkeep):
                 (
                     r
                     for r in self.rows.values()
-                    if r.state in CLAIMABLE_STATES and r.available_at <= now and r.topic in topics
+                    if r.state in CLAIMABLE_STATES
+                    and r.available_at <= now
+                    and r.topic in topics
+                    and r.app_version in (None, self.app_version)
                 ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )
+            tags: dict[str, tuple[str, float]] = {}
+            if fair:
+                ready, tags = self.turns.order(ready, fair)
             tokens = {
                 (r.topic, r.rate_key or ""): self.buckets.tokens(
                     (r.topic, r.rate_key or ""), rates[r.topic], now
@@ -144,6 +154,9 @@ class InMemoryStore(FakeUpkeep):
                     tokens[at] -= 1
                 running[row.topic] += 1
                 out.append(self._take(row, holder, lease, now))
+            if fair:  # returned in claim order, as PostgreSQL's RETURNING gives them
+                self.turns.served([self.rows[c.id] for c in out], tags, fair)
+                out.sort(key=lambda c: (-c.priority, c.available_at, c.id))
             self._spend(out, rates, now)
             if len(out) < limit:
                 self._note_waits(out, ready, rates, now)

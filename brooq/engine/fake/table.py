@@ -12,6 +12,7 @@ from typing import Any
 
 from brooq.engine.fake.buckets import Buckets
 from brooq.engine.fake.recording import Executed
+from brooq.engine.fake.turns import FairTurns
 from brooq.engine.results import wait_for_result
 from brooq.engine.store import Ticket
 from brooq.vocabulary import (
@@ -26,16 +27,23 @@ from brooq.vocabulary import (
     new_job_id,
     parse_job_id,
 )
+from brooq.vocabulary import app_version as app_version_of
 
 
 class FakeTable:
     """The rows of the in-memory ``job`` table, guarded by one lock, on an injectable clock."""
 
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, app_version: str | None = None
+    ) -> None:
+        self.app_version = app_version_of(app_version)
+        """Stamped on every job it enqueues; its claims take that version's and none's."""
         self.rows: dict[str, JobRecord] = {}
         self.executed: list[Executed] = []
         """Statements that committed settle hooks ran on their RecordingConnection."""
         self.buckets = Buckets()
+        self.turns = FairTurns()
+        """The fair topics' turns (the ``brooq_fair_turn`` and ``brooq_fair_clock`` tables)."""
         """The rate limits' buckets (the ``brooq_rate_limit`` table)."""
         self.paused: dict[str, TopicPause] = {}
         """Paused topics (the ``brooq_topic_pause`` table)."""
@@ -116,6 +124,7 @@ class FakeTable:
             idempotency_key=job.idempotency_key,
             priority=job.priority,
             rate_key=job.rate_key,
+            app_version=self.app_version,
             **job.controls(),
             last_error=None,
             created_at=now,

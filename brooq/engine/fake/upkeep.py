@@ -21,8 +21,10 @@ class FakeUpkeep(FakeGraph):
     was made; a row outside every range is in the default partition.
     """
 
-    def __init__(self, clock: Callable[[], datetime] | None = None) -> None:
-        super().__init__(clock)
+    def __init__(
+        self, clock: Callable[[], datetime] | None = None, app_version: str | None = None
+    ) -> None:
+        super().__init__(clock, app_version)
         first = self.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         self.partitions: list[tuple[str, datetime | None, datetime]] = [
             ("job_initial", None, first + timedelta(days=1))

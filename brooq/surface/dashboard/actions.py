@@ -13,10 +13,10 @@ from urllib.parse import urlencode
 from brooq.engine.admin import PURGEABLE, RETRYABLE
 from brooq.engine.filters import JobFilter
 from brooq.surface.dashboard.forms import FILTER_FIELDS, back, confirmed, query_filter, redirect
-from brooq.surface.dashboard.pages import DashboardPorts
+from brooq.surface.dashboard.pages import UNVERSIONED, DashboardPorts
 from brooq.surface.dashboard.render import Screen
 from brooq.surface.wire import Request, Response
-from brooq.vocabulary import InvalidInput, State, pause_request
+from brooq.vocabulary import InvalidInput, State, app_version, pause_request
 
 MAX_ROWS_PER_ACTION = 5000
 """A bulk action from the page changes at most this many rows (repeat it for more)."""
@@ -111,6 +111,38 @@ class Actions:
             return self._confirm(request, f"Resume topic {topic}?", "resume", [])
         lifted = ports.admin.resume(topic)
         return redirect("/ui", f"resumed {topic}" if lifted else f"{topic} was not paused")
+
+    def retarget(self, request: Request, ports: DashboardPorts) -> Response:
+        """Move the jobs not started yet of one app version to another (``brooq jobs
+        retarget``), at most MAX_ROWS_PER_ACTION a click."""
+        form, refused = self._authorize(request)
+        if refused:
+            return refused
+        given = [form.get(name, [""])[0] for name in ("from_version", "to_version")]
+        try:
+            source, target = (None if v == UNVERSIONED else app_version(v) for v in given)
+        except InvalidInput as exc:
+            return self.screen.message(request, 400, "Bad version", str(exc))
+        if not all(given) or source == target:
+            why = "name two different versions (one may be " + UNVERSIONED + ")"
+            return self.screen.message(request, 400, "Bad version", why)
+        where = JobFilter(limit=MAX_ROWS_PER_ACTION)
+        pairs = [("from_version", given[0]), ("to_version", given[1])]
+        if not confirmed(form):
+            count = ports.admin.count_retargetable(where, source)
+            return self._confirm(
+                request,
+                f"Move {count} job{'s' * (count != 1)} not started yet from {given[0]} to "
+                f"{given[1]}?",
+                "retarget",
+                pairs,
+                count=count,
+            )
+        done = ports.admin.retarget(where, source, target)
+        note = f"retargeted {done} job{'s' * (done != 1)} from {given[0]} to {given[1]}"
+        if done >= MAX_ROWS_PER_ACTION:
+            note += f" (at most {MAX_ROWS_PER_ACTION} per click: repeat for the rest)"
+        return redirect("/ui", note)
 
     def retry_filtered(self, request: Request, ports: DashboardPorts) -> Response:
         """Retry every dead (or canceled) job the posted filters match."""

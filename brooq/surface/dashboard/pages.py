@@ -7,7 +7,7 @@ from datetime import timedelta
 from urllib.parse import urlencode
 
 from brooq.engine.admin import PURGEABLE, RETRYABLE, Admin
-from brooq.engine.inspection import Inspection, SkippedRow, SupervisorRow
+from brooq.engine.inspection import Inspection, SkippedRow, SupervisorRow, VersionCount
 from brooq.surface.dashboard.forms import filter_pairs, form_values, query_filter
 from brooq.surface.dashboard.render import Screen, chart
 from brooq.surface.wire import Request, Response
@@ -41,6 +41,7 @@ class Pages:
         pauses = {p.topic: p for p in inspection.pauses()}
         minutes = inspection.throughput(CHART_WINDOW)
         supervisors, skipped = _live(inspection)
+        versions = _versions(inspection.pending_by_version(), supervisors or [])
         counts: dict[str, dict[str, int]] = {}
         for row in depth:
             counts.setdefault(row.topic, dict.fromkeys(STATES, 0))[row.state] = row.jobs
@@ -61,6 +62,8 @@ class Pages:
             unserved=unserved,
             supervisors=supervisors,
             skipped=skipped,
+            versions=versions,
+            unversioned=UNVERSIONED,
             chart=chart(minutes),
         )
 
@@ -119,6 +122,39 @@ def _topics(ports: DashboardPorts) -> list[str]:
         return sorted({row.topic for row in ports.inspection.depth()})
     except StoreUnavailable:
         return []
+
+
+UNVERSIONED = "(unversioned)"
+"""How the pages and the retarget form name jobs and supervisors without a version (no
+version can be spelled so: brooq.vocabulary.versions)."""
+
+
+@dataclass(frozen=True)
+class VersionLine:
+    """One app version on the overview: the jobs waiting for it, its live supervisors."""
+
+    name: str
+    jobs: int
+    supervisors: int
+
+
+def _versions(waiting: list[VersionCount], live: list[SupervisorRow]) -> list[VersionLine]:
+    """Every version with jobs waiting or a live supervisor, unversioned first; empty when
+    no job and no supervisor has one (versions are off: the section is not shown)."""
+    jobs: dict[str | None, int] = {}
+    for row in waiting:
+        jobs[row.app_version] = jobs.get(row.app_version, 0) + row.jobs
+    names = set(jobs) | {s.app_version for s in live}
+    if names <= {None}:
+        return []
+    return [
+        VersionLine(
+            UNVERSIONED if v is None else v,
+            jobs.get(v, 0),
+            len(live) if v is None else sum(1 for s in live if s.app_version == v),
+        )
+        for v in sorted(names, key=lambda v: (v is not None, v or ""))
+    ]
 
 
 def _live(inspection: Inspection) -> tuple[list[SupervisorRow] | None, list[SkippedRow]]:

@@ -79,6 +79,7 @@ class Dashboard:
         router.add_pattern("GET", f"/ui/jobs/{JOB_ID}", reads(pages.job))
         router.add("POST", "/ui/jobs/retry", reads(actions.retry_filtered))
         router.add("POST", "/ui/jobs/purge", reads(actions.purge_filtered))
+        router.add("POST", "/ui/versions/retarget", reads(actions.retarget))
         router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/retry", reads(actions.retry_one))
         router.add_pattern("POST", f"/ui/jobs/{JOB_ID}/cancel", reads(actions.cancel_one))
         router.add_pattern("POST", f"/ui/topics/{TOPIC}/pause", reads(actions.pause_topic))
