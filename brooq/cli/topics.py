@@ -27,12 +27,12 @@ def register(sub: Any) -> None:
     pause = actions.add_parser(
         "pause", help="no supervisor starts a new job of TOPIC until it is resumed"
     )
-    pause.add_argument("topic", metavar="TOPIC")
+    pause.add_argument("topic", metavar="TOPIC", help="the topic to pause (a kind need not exist)")
     pause.add_argument("--reason", help="why (shown by list, status and the dashboard)")
     pause.add_argument("--json", action="store_true", help="the pause as one JSON object")
     pause.set_defaults(func=cmd_pause)
     resume = actions.add_parser("resume", help="let supervisors start jobs of TOPIC again")
-    resume.add_argument("topic", metavar="TOPIC")
+    resume.add_argument("topic", metavar="TOPIC", help="the paused topic to resume")
     resume.add_argument("--json", action="store_true", help="one JSON object")
     resume.set_defaults(func=cmd_resume)
     listing = actions.add_parser(

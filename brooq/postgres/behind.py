@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import psycopg
 
 from brooq.postgres.schema import behind_message
-from brooq.vocabulary import BrooqError, SchemaBehind, SchemaMismatch
+from brooq.vocabulary import BrooqError, SchemaBehind, SchemaMismatch, SchemaMissing
 
 BEHIND_ERRORS = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedFunction)
 """What a statement of brooq's raises on a database that lacks one of its migrations."""
@@ -46,6 +46,26 @@ def schema_behind(exc: psycopg.Error, dsn: str | None) -> BrooqError | None:
     except (BrooqError, psycopg.Error):
         return SchemaBehind(behind_message(detail))
     return None
+
+
+def table_missing(exc: psycopg.errors.UndefinedTable, dsn: str | None) -> BrooqError:
+    """The clear error for a statement of brooq's on a table that does not exist: the job
+    table missing is an unmigrated database (SchemaMissing); a later migration's table
+    (brooq_topic_pause, …) missing while ``job`` exists is a database behind, named by the
+    CLI's own check when a DSN is known."""
+    from brooq.postgres.connect import missing_table
+    from brooq.postgres.preflight import check_schema  # preflight builds on the connector
+
+    missing = missing_table(exc)
+    if dsn is None or "the job table" in str(missing):
+        return missing
+    try:
+        check_schema(dsn)
+    except (SchemaMismatch, SchemaMissing) as found:  # behind, ahead, or nothing at all
+        return found
+    except (BrooqError, psycopg.Error):
+        pass
+    return missing
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ from psycopg.errors import IdleInTransactionSessionTimeout as IdleInTransactionT
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from brooq.postgres.behind import BEHIND_ERRORS, schema_behind
+from brooq.postgres.behind import BEHIND_ERRORS, schema_behind, table_missing
 from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.postgres.sql import sql
 from brooq.vocabulary import PrivilegeMissing, SchemaMissing, StoreUnavailable
@@ -264,8 +264,8 @@ class Connector:
             self._drop_if_unusable()
             raise unavailable(exc, self._conninfo) from exc
         except psycopg.errors.UndefinedTable as exc:
-            # An unmigrated database: one clear line for every command, no traceback.
-            raise missing_table(exc) from None
+            # Unmigrated, or behind: one clear line for every command, no traceback.
+            raise table_missing(exc, self._catalog_dsn) from None
         except BEHIND_ERRORS as exc:
             behind = schema_behind(exc, self._catalog_dsn)
             if behind is None:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from brooq.engine.outcome import DONE
-from brooq.postgres.limited import KEYS_PER_CLAIM
+from brooq.postgres.limited import KEYS_PER_CLAIM, UNKEYED_LOOK_S
 from brooq.postgres.sql import sql
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import Job, RateLimit
@@ -263,3 +263,30 @@ def test_a_rated_claim_carries_the_job_s_own_options_and_trace_context(dsn: str)
         assert claimed.trace_context is not None and "traceparent" in claimed.trace_context
     finally:
         store.close()
+
+
+def test_a_topic_of_keyed_jobs_looks_for_unkeyed_ones_once_a_second(
+    dsn: str, pg: psycopg.Connection[Any]
+) -> None:
+    """Looking for jobs without a key passes over every keyed job of the topic: a claim that
+    found none looks again only after UNKEYED_LOOK_S (1 s), so a job enqueued without a key
+    into a topic of keyed jobs may start up to a second later, and no later."""
+    _keyed_jobs(pg, "api", 5)
+    store = PostgresStore(dsn)
+    try:
+        rates = {"api": RateLimit(1000, timedelta(seconds=1), 1000)}
+        assert len(store.claim_many("w1", ["api"], LEASE, 1, None, rates)) == 1  # found none
+        (early,) = store.enqueue_many([Job("api", available_at=_an_hour_ago())])
+        (taken,) = store.claim_many("w1", ["api"], LEASE, 1, None, rates)
+        assert taken.id != early.id  # not looked for yet, though first in claim order
+        time.sleep(UNKEYED_LOOK_S + 0.05)
+        (taken,) = store.claim_many("w1", ["api"], LEASE, 1, None, rates)
+        assert taken.id == early.id
+    finally:
+        store.close()
+
+
+def _an_hour_ago() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC) - timedelta(hours=1)

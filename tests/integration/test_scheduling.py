@@ -369,7 +369,7 @@ def test_settle_many_writes_what_is_held_and_reports_the_rest(store: Store) -> N
 
 ROWS = 100_000
 TOPICS = ["email.send", "report.daily", "image.resize"]
-BASE = {"holder": "w1", "lease": LEASE, "limit": 16}
+BASE = {"holder": "w1", "lease": LEASE, "limit": 16, "app_version": None}
 STATEMENTS: dict[str, dict[str, Any]] = {
     "claim_topic": {"topic": "report.daily"},
     "claim_topics": {"topics": TOPICS},

@@ -51,6 +51,7 @@ from brooq.engine.reaper import Reaper
 from brooq.engine.retention import Retention
 from brooq.engine.store import Claimed, SettleHookFailed, Store, Ticket
 from brooq.engine.timer import Every
+from brooq.postgres import limited
 from brooq.postgres.store import PostgresStore
 from brooq.vocabulary import (
     BUILTIN_KIND_DEFAULTS,
@@ -946,8 +947,14 @@ def test_state_machine_in_memory_fake() -> None:
 
 
 @pytest.mark.db
-def test_state_machine_postgresql(dsn: str, pg: psycopg.Connection[Any]) -> None:
+def test_state_machine_postgresql(
+    dsn: str, pg: psycopg.Connection[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     pg.execute("CREATE TABLE effect (job_id uuid PRIMARY KEY)")
+    # Claims compared step by step: a rate-limited claim looks for jobs without a key every
+    # time here (in service, once a second while it finds none: tested in
+    # test_rate_limit_pg.py), as the in-memory store does.
+    monkeypatch.setattr(limited, "UNKEYED_LOOK_S", 0.0)
     store = PostgresStore(dsn)
 
     class PgMachine(StoreMachine):
@@ -957,6 +964,7 @@ def test_state_machine_postgresql(dsn: str, pg: psycopg.Connection[Any]) -> None
             # example could claim another job and hypothesis reports the test
             # as nondeterministic (FlakyStrategyDefinition).
             store._turn = False
+            store._walks.clear()  # and every walk over a rated topic's keys from its first
             self.side = PgSide(store, pg)
             super().__init__()
 
