@@ -502,7 +502,7 @@ def test_retention_caveat_a_deleted_latest_run_is_enqueued_again_at_restart() ->
 
 
 def test_schedules_table_lists_each_schedule_with_its_next_run() -> None:
-    from brooq.cli.status import render_schedules, schedules_table
+    from brooq.cli.schedules import render_schedules, schedules_table
 
     q = queue()
     assert schedules_table(q, utc(2026, 1, 1)) == []
