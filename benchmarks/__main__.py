@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from benchmarks import (
     results_cost,
     retention,
     runs,
+    snapshot,
     targets,
     workflows,
 )
@@ -71,6 +73,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "partitions": partitions.run_round,
     "ratelimit": ratelimit.run_round,
     "workflows": workflows.run_round,
+    "snapshot": snapshot.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -91,6 +94,7 @@ NAMES = [
     "partitions",
     "ratelimit",
     "workflows",
+    "snapshot",
 ]
 OFF_IN_QUICK = {"partitions", "workflows"}
 """Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
@@ -119,6 +123,7 @@ def group_order(ctx: Context) -> list[str]:
         partitions.GROUP,
         ratelimit.GROUP,
         workflows.GROUP,
+        snapshot.GROUP,
     ]
 
 
@@ -303,7 +308,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the supervisor and a child; raw stacks go to DIR",
     )
     p.add_argument("--keep-logs", action="store_true", help="keep the supervisors' log files")
+    p.add_argument(
+        "--snapshot-phases",
+        default="",
+        metavar="CLEAN,HELD,RECOVERY[,INTERVAL]",
+        help="the held-snapshot run's phases and sampling interval in seconds "
+        "(default 60,300,120,10; with --quick 0.3,0.6,0.3,0.15)",
+    )
     args = p.parse_args(argv)
+    try:
+        args.snapshot_phases = tuple(float(x) for x in args.snapshot_phases.split(",") if x)
+    except ValueError:
+        p.error(f"--snapshot-phases takes numbers (got {args.snapshot_phases!r})")
+    if len(args.snapshot_phases) > 4 or any(x <= 0 for x in args.snapshot_phases):
+        p.error("--snapshot-phases: up to four positive numbers of seconds")
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
     if not 0 < args.cpu_ms <= 1000:
@@ -344,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         peers=args.peer_names,
         selected=args.selected,
         cpu_ms=args.cpu_ms,
+        results_dir=args.results_dir,
+        snapshot_phases=args.snapshot_phases,
     )
     meta: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -353,6 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "selected": sorted(args.selected),
         "peers": args.peer_names,
         "cpu_ms": args.cpu_ms,
+        "snapshot_sizes": asdict(snapshot.sizes_for(ctx)),
         "sizes": sizes_dict(sizes),
         "machine": machine(),
         "postgres": server.settings(),
