@@ -313,7 +313,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="",
         metavar="CLEAN,HELD,RECOVERY[,INTERVAL]",
         help="the held-snapshot run's phases and sampling interval in seconds "
-        "(default 60,300,120,10; with --quick 0.3,0.6,0.3,0.15)",
+        "(default 60,300,120,10; with --quick 0.2,0.4,0.2,0.1)",
     )
     args = p.parse_args(argv)
     try:

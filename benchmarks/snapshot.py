@@ -84,7 +84,7 @@ class SnapshotSizes:
 
 FULL_SIZES = SnapshotSizes()
 QUICK_SIZES = SnapshotSizes(
-    clean_s=0.3, held_s=0.6, recovery_s=0.3, interval_s=0.15, backlog=1_000, topup_s=0.05
+    clean_s=0.2, held_s=0.4, recovery_s=0.2, interval_s=0.1, backlog=1_000, topup_s=0.05
 )
 
 
@@ -189,7 +189,7 @@ def sample(conn: psycopg.Connection[Any]) -> Sample:
     conn.execute("SELECT pg_stat_clear_snapshot()")  # no cached stats, whatever the setting
     rows = conn.execute(
         "SELECT relname, n_dead_tup, autovacuum_count FROM pg_stat_user_tables "
-        "WHERE relname LIKE 'job%%'"
+        "WHERE relname LIKE 'job%'"
     ).fetchall()
     plan = conn.execute(PROBE).fetchone()[0][0]  # type: ignore[index]
     root = plan["Plan"]
