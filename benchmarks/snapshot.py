@@ -239,17 +239,20 @@ def run_one(
                 t0_mono, t0 = time.monotonic(), time.time()
                 for k, phase in enumerate(phase_of):
                     time.sleep(max(0.0, t0_mono + (k + 1) * sizes.interval_s - time.monotonic()))
+                    producer.check()
+                    if not sup.alive():
+                        raise RuntimeError(f"the supervisor exited:\n{sup.log_tail()}")
+                    # The sample closes interval k in its own phase (the last held one still
+                    # held); the switch follows, its moment marked, so the phases' windows
+                    # start where the pressure really opened or closed.
+                    samples.append(replace(sample(conn), at=time.time() - t0, phase=phase))
                     after = phase_of[k + 1] if k + 1 < len(phase_of) else phase
-                    if after != phase:  # at the boundary itself, before the sample's queries
+                    if after != phase:
                         if after == "held":
                             hold(holder, pressure)
                         else:
                             holder.rollback()
                         marks[after] = time.time() - t0
-                    producer.check()
-                    if not sup.alive():
-                        raise RuntimeError(f"the supervisor exited:\n{sup.log_tail()}")
-                    samples.append(replace(sample(conn), at=time.time() - t0, phase=phase))
                     if ctx.sizes != QUICK:
                         progress(tag, samples[-1], started_jobs(starts))
             producer.stop()

@@ -27,12 +27,15 @@ def _phases(ax: Axes, run: Run, *, label: bool = False) -> None:
 
 
 def draw(run: Run, path: Path) -> None:
-    """Write ``path``: four panels sharing the time axis (seconds from the start)."""
-    fig = Figure(figsize=(10, 11), layout="constrained")
-    rate_ax, pickup_ax, dead_ax, probe_ax = fig.subplots(4, 1, sharex=True)
-    load = (
-        "max drain (backlog kept)" if run.load == "max" else f"half load ({run.load_rate:,.0f}/s)"
-    )
+    """Write ``path``: panels sharing the time axis (seconds from the start): the rate, the
+    pickup latency (half load only: at max every job waits behind the kept backlog), dead
+    tuples and depth, the claim's scan."""
+    half = run.load_rate is not None
+    fig = Figure(figsize=(10, 11 if half else 8.5), layout="constrained")
+    axes = list(fig.subplots(4 if half else 3, 1, sharex=True))
+    rate_ax, pickup_ax = axes[0], axes[1] if half else None
+    dead_ax, probe_ax = axes[-2], axes[-1]
+    load = f"half load ({run.load_rate:,.0f}/s)" if half else "max drain (backlog kept)"
     fig.suptitle(f"brooq, {PRESSURE_WORDS[run.pressure]}: {load}, {run.interval_s:g} s intervals")
     spans = run.intervals()
     mids = [(lo + hi) / 2 for lo, hi, _ in spans]
@@ -47,28 +50,27 @@ def draw(run: Run, path: Path) -> None:
     rate_ax.set_ylim(bottom=0)
     rate_ax.legend(loc="lower left", fontsize="small")
 
-    _phases(pickup_ax, run)
-    if run.load_rate is None:
-        pickup_ax.text(
-            0.5,
-            0.5,
-            "max drain: every job waits behind the kept backlog (no pickup figure)",
-            ha="center",
-            va="center",
-            transform=pickup_ax.transAxes,
-        )
-    else:
+    if pickup_ax is not None:
+        _phases(pickup_ax, run)
         for pct, style in ((50, "o-"), (99, "s-")):
             values = [run.pickup(lo, hi, pct) for lo, hi, _ in spans]
             points = [(t, v) for t, v in zip(mids, values, strict=True) if v is not None]
             pickup_ax.plot(*zip(*points, strict=True), style, ms=3, label=f"p{pct}")
         pickup_ax.set_yscale("log")
         pickup_ax.legend(loc="upper left", fontsize="small")
-    pickup_ax.set_ylabel("pickup (ms)\nenqueue commit → start")
+        pickup_ax.set_ylabel("pickup (ms)\nenqueue commit → start")
 
     _phases(dead_ax, run)
     dead_ax.plot(ends, [s.dead for _, _, s in spans], "o-", color="#a61c00", ms=3)
-    dead_ax.set_ylabel("dead tuples (job%)", color="#a61c00")
+    # An autovacuum that finished in an interval: under the pressure it removes nothing.
+    ran = [
+        s.at
+        for prev, s in zip(run.samples, run.samples[1:], strict=False)
+        if s.autovacuums > prev.autovacuums
+    ]
+    for at in ran:
+        dead_ax.axvline(at, ls=":", color="#a61c00", lw=1)
+    dead_ax.set_ylabel("dead tuples (job%)\n(dotted: an autovacuum ended)", color="#a61c00")
     dead_ax.set_ylim(bottom=0)
     depth_ax = dead_ax.twinx()
     depth_ax.plot(ends, [s.depth for _, _, s in spans], "^-", color="#38761d", ms=3)
