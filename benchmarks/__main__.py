@@ -373,11 +373,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "selected": sorted(args.selected),
         "peers": args.peer_names,
         "cpu_ms": args.cpu_ms,
-        "snapshot_sizes": asdict(snapshot.sizes_for(ctx)),
         "sizes": sizes_dict(sizes),
         "machine": machine(),
         "postgres": server.settings(),
     }
+    if "snapshot" in args.selected:
+        meta["snapshot_sizes"] = asdict(snapshot.sizes_for(ctx))
     if rounds < 3 and not args.quick:
         print("warning: fewer than 3 rounds; medians and ranges mean little", file=sys.stderr)
     began = time.monotonic()
