@@ -14,6 +14,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from benchmarks import (
     results_cost,
     retention,
     runs,
+    snapshot,
     targets,
     workflows,
 )
@@ -73,6 +75,7 @@ BENCHMARKS: dict[str, Callable[[Context, int], None]] = {
     "ratelimit": ratelimit.run_round,
     "workflows": workflows.run_round,
     "fairness": fairness.run_round,
+    "snapshot": snapshot.run_round,
 }
 DRAIN_FAMILY = {"drain", "raw", "cpu", "priorities", "peers"}
 NAMES = [
@@ -94,6 +97,7 @@ NAMES = [
     "ratelimit",
     "workflows",
     "fairness",
+    "snapshot",
 ]
 OFF_IN_QUICK = {"partitions", "workflows", "fairness"}
 """Too heavy for a smoke test: with --quick, run (a tiny variant) only when named in --only."""
@@ -123,6 +127,7 @@ def group_order(ctx: Context) -> list[str]:
         ratelimit.GROUP,
         workflows.GROUP,
         fairness.GROUP,
+        snapshot.GROUP,
     ]
 
 
@@ -308,7 +313,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "the supervisor and a child; raw stacks go to DIR",
     )
     p.add_argument("--keep-logs", action="store_true", help="keep the supervisors' log files")
+    p.add_argument(
+        "--snapshot-phases",
+        default="",
+        metavar="CLEAN,HELD,RECOVERY[,INTERVAL]",
+        help="the held-snapshot run's phases and sampling interval in seconds "
+        "(default 60,300,120,10; with --quick 0.2,0.4,0.2,0.1)",
+    )
     args = p.parse_args(argv)
+    try:
+        args.snapshot_phases = tuple(float(x) for x in args.snapshot_phases.split(",") if x)
+    except ValueError:
+        p.error(f"--snapshot-phases takes numbers (got {args.snapshot_phases!r})")
+    if len(args.snapshot_phases) > 4 or any(x <= 0 for x in args.snapshot_phases):
+        p.error("--snapshot-phases: up to four positive numbers of seconds")
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
     if not 0 < args.cpu_ms <= 1000:
@@ -349,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         peers=args.peer_names,
         selected=args.selected,
         cpu_ms=args.cpu_ms,
+        results_dir=args.results_dir,
+        snapshot_phases=args.snapshot_phases,
     )
     meta: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -362,6 +382,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": machine(),
         "postgres": server.settings(),
     }
+    if "snapshot" in args.selected:
+        meta["snapshot_sizes"] = asdict(snapshot.sizes_for(ctx))
     if rounds < 3 and not args.quick:
         print("warning: fewer than 3 rounds; medians and ranges mean little", file=sys.stderr)
     began = time.monotonic()

@@ -635,6 +635,10 @@ class Context:
     selected: set[str] = field(default_factory=set)
     cpu_ms: float = 2.0
     """The CPU-bound handler's CPU per job (``--cpu-ms``)."""
+    results_dir: Path = RESULTS_DIR
+    """Where the results JSON goes (``--results-dir``); figures drawn as PNGs go beside it."""
+    snapshot_phases: tuple[float, ...] = ()
+    """``--snapshot-phases``: the held-snapshot run's clean, held, recovery [, interval] s."""
 
     def wants(self, name: str) -> bool:
         """True when benchmark ``name`` was selected."""

@@ -39,6 +39,7 @@ from benchmarks.harness import (
     percentile,
 )
 from benchmarks.retention import CLAIM_RATE, claimer
+from benchmarks.snapshot import hold
 
 GROUP = "partitions (issue 23: history, retention by drop, a snapshot held)"
 HISTORY_TOPIC = "bench.history"
@@ -274,8 +275,7 @@ def snapshot_part(ctx: Context, sizes: PartitionSizes, held: bool) -> dict[str, 
         holder = psycopg.connect(dsn)
         try:
             if held:
-                holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                holder.execute("SELECT count(*) FROM job")  # the snapshot is taken here
+                hold(holder, "rr")  # the snapshot is taken at its SELECT count(*) FROM job
             sup = supervisor(ctx, dsn, sizes.workers)
             marks: list[tuple[float, int]] = []
             try:

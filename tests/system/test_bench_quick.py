@@ -81,6 +81,26 @@ EXPECTED_FIGURES = [
     "results.dict.N2",
     "results.none.wal_bytes_per_job",
     "results.dict.wal_bytes_per_job",
+    # a held snapshot (issue 31): clean → held → recovery, per pressure at max drain and half load
+    *[
+        f"snapshot.{pressure}.{key}"
+        for pressure in ("rr", "idle_xid")
+        for key in (
+            "max.clean_rate",
+            "max.held_ratio",
+            "max.held_last_ratio",
+            "max.recovery_s",
+            "max.dead_tuples_peak",
+            "max.depth_peak",
+            "half.load_rate",
+            "half.held_ratio",
+            "half.recovery_s",
+            "half.dead_tuples_peak",
+            "half.pickup_p50_held_ms",
+            "half.pickup_p99_held_ms",
+            "half.pickup_p99_clean_ms",
+        )
+    ],
 ]
 TARGETS_MEASURED_WITHOUT_PEERS = [
     "no-op drain, 2 workers: brooq / raw two-commit loop at 2 processes",
