@@ -53,9 +53,10 @@ class PauseView:
         self.paused: frozenset[str] = frozenset()
         self.read_at = float("-inf")
 
-    def stale(self) -> bool:
-        """True once the view is older than ``every`` (the next claim reads it again)."""
-        return self.clock() - self.read_at >= self.every
+    def stale(self, after: float | None = None) -> bool:
+        """True once the view is older than ``after`` (default ``every``: the next claim
+        reads it again)."""
+        return self.clock() - self.read_at >= (self.every if after is None else after)
 
     def refresh(self) -> frozenset[str]:
         """Read the paused topics now; what was read."""

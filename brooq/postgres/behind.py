@@ -48,20 +48,17 @@ def schema_behind(exc: psycopg.Error, dsn: str | None) -> BrooqError | None:
     return None
 
 
-def table_missing(exc: psycopg.errors.UndefinedTable, dsn: str | None) -> BrooqError:
-    """The clear error for a statement of brooq's on a table that does not exist: the job
-    table missing is an unmigrated database (SchemaMissing); a later migration's table
-    (brooq_topic_pause, …) missing while ``job`` exists is a database behind, named by the
-    CLI's own check when a DSN is known."""
-    from brooq.postgres.connect import missing_table
+def behind_or_missing(missing: SchemaMissing, dsn: str | None) -> BrooqError:
+    """What to raise for a table of a later migration (brooq_topic_pause, …) a statement of
+    brooq's did not find: the database is behind (SchemaBehind, naming the migrations, by the
+    CLI's own check) when that check says so, else ``missing`` as it is."""
     from brooq.postgres.preflight import check_schema  # preflight builds on the connector
 
-    missing = missing_table(exc)
-    if dsn is None or "the job table" in str(missing):
+    if dsn is None:
         return missing
     try:
         check_schema(dsn)
-    except (SchemaMismatch, SchemaMissing) as found:  # behind, ahead, or nothing at all
+    except SchemaMismatch as found:  # behind (or ahead): the reason
         return found
     except (BrooqError, psycopg.Error):
         pass

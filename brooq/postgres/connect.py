@@ -18,7 +18,7 @@ from psycopg.errors import IdleInTransactionSessionTimeout as IdleInTransactionT
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from brooq.postgres.behind import BEHIND_ERRORS, schema_behind, table_missing
+from brooq.postgres.behind import BEHIND_ERRORS, schema_behind
 from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.postgres.sql import sql
 from brooq.vocabulary import PrivilegeMissing, SchemaMissing, StoreUnavailable
@@ -231,7 +231,7 @@ class Connector:
         self._given = target if isinstance(target, psycopg.Connection) else None
         pooled = self._pool.conninfo if self._pool is not None else None
         # Where a database behind this brooq may be asked which migrations it lacks.
-        self._catalog_dsn = self._conninfo or (pooled if isinstance(pooled, str) else None)
+        self.catalog_dsn = self._conninfo or (pooled if isinstance(pooled, str) else None)
         self._own: psycopg.Connection[Any] | None = None
         self._own_pid = os.getpid()
         self._inherited: list[psycopg.Connection[Any]] = []
@@ -264,10 +264,10 @@ class Connector:
             self._drop_if_unusable()
             raise unavailable(exc, self._conninfo) from exc
         except psycopg.errors.UndefinedTable as exc:
-            # Unmigrated, or behind: one clear line for every command, no traceback.
-            raise table_missing(exc, self._catalog_dsn) from None
+            # An unmigrated database: one clear line for every command, no traceback.
+            raise missing_table(exc) from None
         except BEHIND_ERRORS as exc:
-            behind = schema_behind(exc, self._catalog_dsn)
+            behind = schema_behind(exc, self.catalog_dsn)
             if behind is None:
                 raise
             raise behind from None

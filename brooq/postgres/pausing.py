@@ -7,10 +7,11 @@ so the claim statements stay as they are and a paused topic costs a claim nothin
 from __future__ import annotations
 
 from brooq.engine.pauses import PauseView
+from brooq.postgres.behind import behind_or_missing
 from brooq.postgres.connect import Connector
 from brooq.postgres.rows import Row
 from brooq.postgres.sql import sql
-from brooq.vocabulary import TopicPause, pause_request
+from brooq.vocabulary import SchemaMissing, TopicPause, pause_request
 from brooq.vocabulary.pause import pause_author
 
 
@@ -34,9 +35,13 @@ class PostgresPauses:
         return self._pause_view
 
     def paused_topics(self) -> set[str]:
-        """The names of the paused topics, read now."""
-        with self.connector.connection() as conn:
-            return {r[0] for r in conn.execute(sql("paused_topic_names")).fetchall()}
+        """The names of the paused topics, read now (SchemaBehind on a database without
+        migration 0014: the first read of a claim is this one)."""
+        try:
+            with self.connector.connection() as conn:
+                return {r[0] for r in conn.execute(sql("paused_topic_names")).fetchall()}
+        except SchemaMissing as missing:
+            raise behind_or_missing(missing, self.connector.catalog_dsn) from None
 
     def pause(self, topic: str, reason: str | None = None, by: str | None = None) -> TopicPause:
         """Pause ``topic`` on every host (NOTIFY brooq_pause); the pause as stored."""

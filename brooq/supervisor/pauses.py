@@ -20,6 +20,12 @@ from brooq.supervisor.database import Database
 
 log = logging.getLogger("brooq.supervisor")
 
+LOOP_READ_AFTER = 1.5
+"""The loop reads the paused topics itself once the view is this many PAUSE_REFRESH_S old
+(0.75 s): a producer that claims reads them first, in its claim's task, at 0.5 s, so the
+loop adds no statement beside its claims; an idle one still learns of a pause within a
+second."""
+
 
 class PausedTopics:
     """Keeps the claims store's view of the paused topics fresh and applies what changed
@@ -48,7 +54,7 @@ class PausedTopics:
     def run_once(self, now: float) -> None:
         """Apply what the last read found; read when the view is old (one read at a time)."""
         self.apply()
-        if self.asking or not self.view.stale():
+        if self.asking or not self.view.stale(after=LOOP_READ_AFTER * self.view.every):
             return
         self.asking = True
 
