@@ -46,6 +46,9 @@ PROMQL_WORDS = {
     "ignoring",
     "group_left",
     "up",
+    "unless",
+    "and",
+    "or",
     "le",
 }
 

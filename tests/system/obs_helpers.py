@@ -107,12 +107,13 @@ def scrape(addr: str) -> Scrape:
 
 
 def exported_metric_names() -> set[str]:
-    """Every sample name brooq can export, read from brooq/metrics.py.
+    """Every sample name brooq can export, read from brooq/metrics.py and brooq/gauges.py
+    (the families read at a scrape).
 
     Histograms add ``_bucket``, ``_sum`` and ``_count``; counters are declared
     with their ``_total`` name.
     """
-    source = (ROOT / "brooq" / "metrics.py").read_text()
+    source = "".join((ROOT / "brooq" / name).read_text() for name in ("metrics.py", "gauges.py"))
     names: set[str] = set()
     for kind, name in re.findall(
         r'(Counter|Gauge|Histogram|MetricFamily|counter)\(\s*"(brooq_\w+)"', source
