@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from brooq.vocabulary.durations import format_duration
 from brooq.vocabulary.errors import InvalidJob, InvalidKindOptions
@@ -23,13 +23,12 @@ from brooq.vocabulary.topic import Topic
 
 IDEMPOTENCY_KEY_MAX_LENGTH = 512
 PRIORITY_RANGE = range(-32768, 32768)
-_set = object.__setattr__  # a frozen dataclass sets its own fields this way
 TRACE_CONTEXT_MAX_CHARS = 4096
 """The longest trace context a job carries, as JSON (W3C traceparent and tracestate take
 under 600)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Job:
     """A job to enqueue.
 
@@ -55,6 +54,8 @@ class Job:
     or ``InvalidTopic`` here, before anything is written.
     """
 
+    # Not slots: a field left at its default is read from the class, so a job holds only
+    # what it was given (see __init__).
     topic: str
     payload: Any = None
     idempotency_key: str | None = None
@@ -72,75 +73,73 @@ class Job:
     _topic: Topic = field(init=False, repr=False, compare=False)
     _overrides: KindOptions | None = field(init=False, repr=False, compare=False, default=None)
 
-    if TYPE_CHECKING:  # what the constructor accepts; the fields always hold timedeltas
-
-        def __init__(
-            self,
-            topic: str,
-            payload: Any = None,
-            idempotency_key: str | None = None,
-            available_at: datetime | None = None,
-            priority: int = 0,
-            rate_key: str | None = None,
-            after: Sequence[str | HasJobId] = (),
-            if_parent_fails: IfParentFails = "cancel",
-            max_attempts: int | None = None,
-            attempt_timeout: DurationLike | None = None,
-            max_execution_timeout: DurationLike | None = None,
-            backoff_base: DurationLike | None = None,
-            backoff_max: DurationLike | None = None,
-            trace_context: Mapping[str, str] | None = None,
-        ) -> None: ...
-
-    def __post_init__(self) -> None:
-        # Written for speed as well as checking (a bulk enqueue makes thousands a second);
-        # every check of the slower spelling is kept.
-        _set(self, "_topic", Topic(self.topic))
-        if self.after != ():
-            _set(self, "after", parent_ids(self.after))
-        if self.if_parent_fails != "cancel":
-            check_policy(self.if_parent_fails)
-        if self.idempotency_key is not None:
-            _check_key("idempotency_key", self.idempotency_key)
-            if self.idempotency_key == "":
-                _set(self, "idempotency_key", None)
-        if self.rate_key is not None:
-            _check_key("rate_key", self.rate_key)
-            if self.rate_key == "":
-                _set(self, "rate_key", None)
-        prio = self.priority
-        if type(prio) is not int and (isinstance(prio, bool) or not isinstance(prio, int)):
-            raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {prio!r}")
-        if not -32768 <= prio <= 32767:
-            raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {prio!r}")
-        at = self.available_at
-        if at is not None:
-            if not isinstance(at, datetime):
-                raise InvalidJob(f"available_at must be a datetime, not {type(at).__name__}")
-            if at.tzinfo is None or at.utcoffset() is None:
-                raise InvalidJob(
-                    "available_at must be timezone-aware, e.g. datetime.now(timezone.utc)"
-                )
+    def __init__(
+        self,
+        topic: str,
+        payload: Any = None,
+        idempotency_key: str | None = None,
+        available_at: datetime | None = None,
+        priority: int = 0,
+        rate_key: str | None = None,
+        after: Sequence[str | HasJobId] = (),
+        if_parent_fails: IfParentFails = "cancel",
+        max_attempts: int | None = None,
+        attempt_timeout: DurationLike | None = None,
+        max_execution_timeout: DurationLike | None = None,
+        backoff_base: DurationLike | None = None,
+        backoff_max: DurationLike | None = None,
+        trace_context: Mapping[str, str] | None = None,
+    ) -> None:
+        # A bulk enqueue makes thousands of jobs a second, most of them a topic and a
+        # payload: each value is checked only when it is not its field's default, and
+        # stored only then, straight into the instance's dict (a frozen dataclass's
+        # generated __init__ sets all 16 fields through object.__setattr__, which cost
+        # three times as much). Every check, and its order, is the same for any input.
+        own = self.__dict__
+        own["topic"] = topic
+        own["_topic"] = Topic(topic)
+        if payload is not None:
+            own["payload"] = payload
+        if after != ():
+            own["after"] = parent_ids(after)
+        if if_parent_fails != "cancel":
+            own["if_parent_fails"] = check_policy(if_parent_fails)
+        if idempotency_key is not None:
+            _check_key("idempotency_key", idempotency_key)
+            if idempotency_key != "":
+                own["idempotency_key"] = idempotency_key
+        if rate_key is not None:
+            _check_key("rate_key", rate_key)
+            if rate_key != "":
+                own["rate_key"] = rate_key
+        if type(priority) is not int or priority != 0:
+            own["priority"] = _priority(priority)
+        if available_at is not None:
+            own["available_at"] = _available_at(available_at)
         if (
-            self.max_attempts is not None
-            or self.attempt_timeout is not None
-            or self.max_execution_timeout is not None
-            or self.backoff_base is not None
-            or self.backoff_max is not None
+            max_attempts is not None
+            or attempt_timeout is not None
+            or max_execution_timeout is not None
+            or backoff_base is not None
+            or backoff_max is not None
         ):
-            self._check_overrides()
-        if self.trace_context is not None:
-            object.__setattr__(self, "trace_context", _trace_context(self.trace_context))
+            self._check_overrides(
+                max_attempts, attempt_timeout, max_execution_timeout, backoff_base, backoff_max
+            )
+        if trace_context is not None:
+            own["trace_context"] = _trace_context(trace_context)
 
-    def _check_overrides(self) -> None:
-        """Check the overrides as a kind's options are checked, and keep them coerced."""
+    def _check_overrides(self, *values: object) -> None:
+        """Check the overrides (JOB_OVERRIDES' values, in order) as a kind's options are
+        checked, and keep them coerced."""
         try:
-            overrides = job_overrides(**{name: getattr(self, name) for name in JOB_OVERRIDES})
+            overrides = job_overrides(**dict(zip(JOB_OVERRIDES, values, strict=True)))
         except InvalidKindOptions as exc:
             raise InvalidJob(str(exc)) from None
-        object.__setattr__(self, "_overrides", overrides)
+        own = self.__dict__
+        own["_overrides"] = overrides
         for name in JOB_OVERRIDES:
-            object.__setattr__(self, name, getattr(overrides, name))
+            own[name] = getattr(overrides, name)
 
     @property
     def overrides(self) -> KindOptions | None:
@@ -158,7 +157,32 @@ class Job:
     @property
     def after_ids(self) -> tuple[str, ...]:
         """The ids of ``after``, canonical, each once, in the order given."""
-        return self.after  # type: ignore[return-value]  # normalised in __post_init__
+        return self.after  # type: ignore[return-value]  # normalised in __init__
+
+
+_TOPIC_AND_PAYLOAD = 3
+"""The most entries of a job's own dict that set nothing but its topic and payload (topic,
+_topic, payload: Job.__init__ stores a field only when it is not the field's default)."""
+
+
+def plain_jobs(jobs: Sequence[Job]) -> bool:
+    """True when every job of ``jobs`` is a :class:`Job` that sets its topic and payload and
+    nothing else: every other field at its default (what most bulk batches are).
+
+    Told at a glance per job from what its __init__ stored, rather than field by field.
+    A field given its default is not stored, nor a key given as ``""``; anything else
+    stored (``after=[]`` too, kept as ``()``) makes it False, and the caller then looks
+    field by field.
+    """
+    for job in jobs:
+        if type(job) is not Job:
+            return False
+        own = job.__dict__
+        if len(own) > _TOPIC_AND_PAYLOAD or (
+            len(own) == _TOPIC_AND_PAYLOAD and "payload" not in own
+        ):
+            return False
+    return True
 
 
 class Enqueued(tuple[str, bool]):
@@ -293,6 +317,22 @@ def _trace_context(carrier: object) -> dict[str, str]:
                 "trace_context holds a NUL or a lone surrogate, which JSON in PostgreSQL rejects"
             )
     return out
+
+
+def _priority(value: object) -> int:
+    """A priority checked: an int (not a bool) from -32768 to 32767; InvalidJob otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -32768 <= value <= 32767:
+        raise InvalidJob(f"priority must be an integer from -32768 to 32767, got {value!r}")
+    return value
+
+
+def _available_at(value: object) -> datetime:
+    """An available_at checked: a timezone-aware datetime; InvalidJob otherwise."""
+    if not isinstance(value, datetime):
+        raise InvalidJob(f"available_at must be a datetime, not {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidJob("available_at must be timezone-aware, e.g. datetime.now(timezone.utc)")
+    return value
 
 
 def _check_key(name: str, key: object) -> None:
