@@ -9,8 +9,12 @@ import uuid
 from collections.abc import Callable
 
 _COUNTER_MAX = 0xFFF
-_VARIANT_DIGIT = {f"{d:x}": f"{0b1000 | d & 0b11:x}" for d in range(16)}
-"""A random hex digit with its top two bits set to the variant, binary 10."""
+_COUNTER_HEX = "".join(f"{c:03x}" for c in range(_COUNTER_MAX + 1))
+"""Every counter's three hex digits, one after the other (12 KiB)."""
+_RANDOM_MASK = b"\x3f" + b"\xff" * 7
+_VARIANT = b"\x80" + b"\x00" * 7
+"""An id's 64 random bits: the top two cleared by _RANDOM_MASK, then set to the variant,
+binary 10, by _VARIANT."""
 
 FOLLOW_BACK_AFTER_MS = 1_000
 """How far the wall clock may fall behind the latest id's stamp before ids follow it back."""
@@ -38,54 +42,71 @@ class JobIds:
         in the same millisecond (RFC 9562, method 1), then 62 random bits.
         """
         randoms = os.urandom(8 * count + 2)  # 62 bits an id, and the counter's start
-        stamps = []
         with self._lock:
-            ms = self._now_ns() // 1_000_000
-            # A stamp ahead of the clock by a little is ours: a batch of more than 4,096
-            # ids a millisecond borrows from the next ones, and a clock slewed or stepped
-            # back by some milliseconds comes back there soon; counting on from it keeps
-            # the ids increasing. A stamp further ahead than any batch borrows (1 s is
-            # ~3.5 million ids) comes from a clock that jumped forward and was set right:
-            # counting on from it would keep every id of this process, and the partition
-            # its row goes to (ids are creation times), as far in the future as the jump
-            # for as long as it lasted. Following the clock back is safe: uniqueness
-            # never rested on the order (each id has 62 random bits, and the primary key
-            # would refuse a repeat rather than merge it); the ids of one call (one
-            # batch) still increase; only a call after the step sorts before those made
-            # during the jump, and the claim orders by available_at first (the
-            # database's clock, set by each transaction), so the order of jobs only
-            # changes for two enqueues in one transaction that straddle the step.
-            if ms > self._last_ms or self._last_ms - ms > FOLLOW_BACK_AFTER_MS:
-                start = int.from_bytes(randoms[-2:], "big") & 0x1FF  # room to count
-                self._last_ms, self._counter = ms, start
-            else:
-                self._counter += 1
-            for _ in range(count):
-                if self._counter > _COUNTER_MAX:
-                    self._last_ms, self._counter = self._last_ms + 1, 0
-                stamps.append((self._last_ms, self._counter))
-                self._counter += 1
-            self._counter -= 1
-        return _format(stamps, randoms.hex())
+            runs = self._runs(count, int.from_bytes(randoms[-2:], "big") & 0x1FF)
+        return _format(runs, _random_hex(randoms, count))
+
+    def _runs(self, count: int, start: int) -> list[tuple[int, int, int]]:
+        """The stamps of ``count`` ids as runs (ms, first counter, ids), advancing the state;
+        ``start``: a random counter for a new millisecond. Under the lock."""
+        ms = self._now_ns() // 1_000_000
+        # A stamp ahead of the clock by a little is ours: a batch of more than 4,096
+        # ids a millisecond borrows from the next ones, and a clock slewed or stepped
+        # back by some milliseconds comes back there soon; counting on from it keeps
+        # the ids increasing. A stamp further ahead than any batch borrows (1 s is
+        # ~3.5 million ids) comes from a clock that jumped forward and was set right:
+        # counting on from it would keep every id of this process, and the partition
+        # its row goes to (ids are creation times), as far in the future as the jump
+        # for as long as it lasted. Following the clock back is safe: uniqueness
+        # never rested on the order (each id has 62 random bits, and the primary key
+        # would refuse a repeat rather than merge it); the ids of one call (one
+        # batch) still increase; only a call after the step sorts before those made
+        # during the jump, and the claim orders by available_at first (the
+        # database's clock, set by each transaction), so the order of jobs only
+        # changes for two enqueues in one transaction that straddle the step.
+        if ms > self._last_ms or self._last_ms - ms > FOLLOW_BACK_AFTER_MS:
+            self._last_ms, self._counter = ms, start  # room to count
+        else:
+            self._counter += 1
+        runs = []
+        while count:
+            if self._counter > _COUNTER_MAX:
+                self._last_ms, self._counter = self._last_ms + 1, 0
+            take = min(count, _COUNTER_MAX + 1 - self._counter)
+            runs.append((self._last_ms, self._counter, take))
+            self._counter += take
+            count -= take
+        self._counter -= 1  # the latest id's
+        return runs
 
 
-def _format(stamps: list[tuple[int, int]], hexes: str) -> list[str]:
-    """The ids of ``stamps`` (ms, counter), the random bits from ``hexes`` (16 digits an id).
+def _random_hex(randoms: bytes, count: int) -> str:
+    """The random part of ``count`` ids as 16 hex digits each, the variant (binary 10) set
+    in the top bits: one integer for the batch, masked at once rather than id by id."""
+    value = int.from_bytes(randoms[: 8 * count], "big")
+    mask = int.from_bytes(_RANDOM_MASK * count, "big")
+    value = value & mask | int.from_bytes(_VARIANT * count, "big")
+    return f"{value:0{16 * count}x}"
+
+
+def _format(runs: list[tuple[int, int, int]], hexes: str) -> list[str]:
+    """The ids of ``runs`` (ms, first counter, ids), the random bits from ``hexes``.
 
     Made as text, not as a 128-bit int formatted (a bulk enqueue makes thousands a
-    second): the stamp's digits once per millisecond, the version digit 7, the counter,
-    then the variant (binary 10) in the top bits of the random part's first digit.
+    second): the stamp's digits once per run, the version digit 7, the counter's three
+    digits sliced from a table, then the random part.
     """
-    out = []
-    prefixes: dict[int, str] = {}
-    variant = _VARIANT_DIGIT
-    for i, (stamp, counter) in enumerate(stamps):
-        prefix = prefixes.get(stamp)
-        if prefix is None:
-            h = f"{stamp & 0xFFFFFFFFFFFF:012x}"
-            prefix = prefixes[stamp] = f"{h[:8]}-{h[8:]}-7"
-        r = hexes[16 * i : 16 * i + 16]
-        out.append(f"{prefix}{counter:03x}-{variant[r[0]]}{r[1:4]}-{r[4:]}")
+    out: list[str] = []
+    table, at = _COUNTER_HEX, 0
+    for stamp, first, n in runs:
+        h = f"{stamp & 0xFFFFFFFFFFFF:012x}"
+        prefix = f"{h[:8]}-{h[8:]}-7"
+        counters = range(3 * first, 3 * (first + n), 3)
+        out += [
+            f"{prefix}{table[c : c + 3]}-{hexes[r : r + 4]}-{hexes[r + 4 : r + 16]}"
+            for c, r in zip(counters, range(at, at + 16 * n, 16), strict=True)
+        ]
+        at += 16 * n
     return out
 
 

@@ -9,7 +9,10 @@ goes to, as far in the future as the jump, until the clock got there.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
+
+import pytest
 
 from brooq.vocabulary.ids import FOLLOW_BACK_AFTER_MS, JobIds
 
@@ -79,5 +82,45 @@ def test_a_batch_larger_than_the_counter_borrows_ahead_and_the_next_call_stays_i
 def test_every_id_is_a_canonical_uuid7() -> None:
     clock = WallClock(START_MS)
     for text in JobIds(clock).make(100):
+        value = uuid.UUID(text)
+        assert str(value) == text and value.version == 7 and value.variant == uuid.RFC_4122
+
+
+def reference(ms: int, counter: int, random8: bytes) -> str:
+    """A UUIDv7 made the plain way, from one 128-bit int: what every id must equal."""
+    random62 = int.from_bytes(random8, "big") & (1 << 62) - 1
+    return str(uuid.UUID(int=ms << 80 | 7 << 76 | counter << 64 | 0b10 << 62 | random62))
+
+
+def test_a_batch_is_its_bytes_and_counters_formatted_as_one_int_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 32: ids are made for a whole batch at once (one random read, the variant set
+    # with one mask, the counter's digits from a table); each must still be exactly the
+    # UUIDv7 of its stamp, counter and random bytes, across a rollover of the counter.
+    randoms = bytes(range(256)) * 200  # every byte value in every position of an id
+    monkeypatch.setattr(os, "urandom", lambda n: randoms[:n])
+    clock = WallClock(START_MS)
+    batch = JobIds(clock).make(5_000)
+    start = int.from_bytes(randoms[8 * 5_000 : 8 * 5_000 + 2], "big") & 0x1FF
+    expected = []
+    for i in range(5_000):
+        ms, counter = divmod(start + i, 4_096)
+        expected.append(reference(START_MS + ms, counter, randoms[8 * i : 8 * i + 8]))
+    assert batch == expected
+    assert {stamp(i) for i in batch} == {START_MS, START_MS + 1}
+
+
+def test_ids_increase_within_and_across_batches_of_every_size() -> None:
+    clock = WallClock(START_MS)
+    ids = JobIds(clock)
+    made: list[str] = []
+    for size in (1, 2, 999, 4_096, 1, 3_000, 1_000, 4_097, 7, 0, 5):
+        made += ids.make(size)  # the same millisecond throughout: the counter orders them
+    clock.ms += 2
+    for size in (1_000, 1):
+        made += ids.make(size)
+    assert increasing(made) and len(made) == 14_209
+    for text in made[::97]:
         value = uuid.UUID(text)
         assert str(value) == text and value.version == 7 and value.variant == uuid.RFC_4122
