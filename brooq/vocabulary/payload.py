@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, cast
 
 from brooq.vocabulary.errors import InvalidJob
 
@@ -63,21 +63,44 @@ def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) 
 
 
 def encode_payloads(payloads: Iterable[Any], *, max_bytes: int) -> list[str]:
-    """:func:`encode_payload` of each payload, in order: the same text, checks and errors,
-    in one loop (a bulk enqueue encodes thousands)."""
-    fast = _FAST
-    out = []
+    """:func:`encode_payload` of each payload, in order: the same text, checks and errors
+    (a bulk enqueue encodes thousands).
+
+    Dict payloads go through the prebuilt C encoder; the checks that find nothing in the
+    common case (no ``\\u0000``, ASCII, short) are made once on the whole batch. Whatever
+    does not pass them goes through :func:`encode_payload`, one payload at a time in order,
+    so the first bad payload raises its own error.
+    """
+    payloads = list(payloads)
+    fast, join = _FAST, "".join
+    texts: list[str | None] = []
+    every = fast is not None  # every payload encoded by the C encoder
     for payload in payloads:
-        text = None
         if fast is not None and type(payload) is dict:
             try:
-                text = "".join(fast(payload, 0))
+                texts.append(join(fast(payload, 0)))
+                continue
             except Exception:
-                text = None  # encode_payload below says what is wrong
-        if text is None or "\\u0000" in text or not _fits(text, max_bytes):
-            text = encode_payload(payload, max_bytes=max_bytes)
-        out.append(text)
-    return out
+                pass  # encode_payload below says what is wrong
+        texts.append(None)
+        every = False
+    if every and _batch_fits(done := cast(list[str], texts), max_bytes):
+        return done
+    return [
+        text
+        if (text := texts[i]) is not None and "\\u0000" not in text and _fits(text, max_bytes)
+        else encode_payload(payload, max_bytes=max_bytes)
+        for i, payload in enumerate(payloads)
+    ]
+
+
+def _batch_fits(texts: list[str], max_bytes: int) -> bool:
+    """True when no text holds ``\\u0000`` and each is ASCII of at most ``max_bytes``
+    (then each passes encode_payload's checks); False says: check them one by one."""
+    whole = "".join(texts)
+    return (
+        "\\u0000" not in whole and whole.isascii() and max(map(len, texts), default=0) <= max_bytes
+    )
 
 
 def _fits(text: str, max_bytes: int) -> bool:
