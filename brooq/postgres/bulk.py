@@ -12,9 +12,12 @@ name their columns: every other one (state, attempts, the times, whatever a
 later migration adds) takes its default. Through PgBouncer's transaction
 pooling a COPY is one more statement of the transaction.
 
-The rows go in COPY's text format, a chunk at a time, so the server parses one
-chunk while the next one is made. Every job is checked and encoded before the
-first byte is sent: a bad one stops the batch with nothing written.
+The rows go in COPY's text format, in one buffer. A batch of jobs that set only
+their topic and payload, enqueued without an app version (most bulk batches), is
+written as three columns (``copy_jobs_plain``): priority, rate_key and app_version
+would be the columns' defaults (0, NULL, NULL) on every row, and leaving them out
+saves the bytes and the server's parsing of them. Every job is checked and encoded
+before the first byte is sent: a bad one stops the batch with nothing written.
 """
 
 from __future__ import annotations
@@ -28,13 +31,12 @@ from psycopg.pq import TransactionStatus
 
 from brooq.postgres.sql import sql
 from brooq.vocabulary import Enqueued, Job, new_job_ids
+from brooq.vocabulary.job import plain_jobs
 from brooq.vocabulary.payload import encode_payloads
 
 COPY_MIN_JOBS = 64
 """The fewest jobs written with COPY: below, one INSERT statement (one round trip) is
 faster than a COPY and its NOTIFY (three or four)."""
-CHUNK_ROWS = 512
-"""Rows per write to the server (a few tens of KiB of small payloads)."""
 _ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
 """What COPY's text format escapes in a value (NUL never reaches here: Job refuses it)."""
 
@@ -46,6 +48,8 @@ def copyable(jobs: Sequence[Job]) -> bool:
     ready at the database's ``now()``, which COPY's data cannot say)."""
     if len(jobs) < COPY_MIN_JOBS:
         return False
+    if plain_jobs(jobs):
+        return True  # the common batch, told at a glance
     delayed = jobs[0].available_at is not None
     return all(
         job.idempotency_key is None
@@ -59,7 +63,7 @@ def copyable(jobs: Sequence[Job]) -> bool:
 
 class CopyBatch:
     """Jobs given ids and their payloads encoded (so checked, before anything is sent), and
-    written as COPY's rows a chunk at a time."""
+    written as COPY's rows."""
 
     def __init__(
         self, jobs: Sequence[Job], max_payload_bytes: int, app_version: str | None = None
@@ -69,19 +73,31 @@ class CopyBatch:
         self.ids = new_job_ids(len(jobs))
         self.payloads = encode_payloads([job.payload for job in jobs], max_bytes=max_payload_bytes)
         self.delayed = jobs[0].available_at is not None
+        self.plain = app_version is None and plain_jobs(jobs)
         self.topics = sorted({job.topic for job in jobs})
 
     @property
     def statement(self) -> str:
         """The COPY statement of these rows' columns."""
+        if self.plain:
+            return sql("copy_jobs_plain")
         return sql("copy_jobs_at") if self.delayed else sql("copy_jobs")
 
-    def chunks(self) -> Iterator[str]:
-        """The rows as COPY text (id, payload, topic, priority, rate_key, app_version
-        [, available_at]),
-        CHUNK_ROWS at a time."""
+    def text(self) -> str:
+        """The rows as COPY text: (id, payload, topic) when plain, else (id, payload, topic,
+        priority, rate_key, app_version [, available_at])."""
+        if not self.plain:
+            return "".join(self._rows())
+        rows = zip(self.ids, self.payloads, self.jobs, strict=True)
+        text = "".join([f"{job_id}\t{payload}\t{job.topic}\n" for job_id, payload, job in rows])
+        # JSON text holds no tab, newline or carriage return (the encoder writes them as
+        # \t, \n, \r), and ids (hex) and topics ([a-z0-9_.-]) hold no backslash: doubling
+        # every backslash of the buffer escapes exactly the payloads' ones.
+        return text.replace("\\", "\\\\")
+
+    def _rows(self) -> Iterator[str]:
+        """The rows of every column, one at a time."""
         tails: dict[tuple[str, int, str | None], str] = {}  # a batch has few of them
-        lines: list[str] = []
         for job_id, payload, job in zip(self.ids, self.payloads, self.jobs, strict=True):
             if "\\" in payload:
                 payload = payload.replace("\\", "\\\\")
@@ -91,12 +107,7 @@ class CopyBatch:
             if self.delayed:
                 assert job.available_at is not None
                 tail = f"{tail}\t{job.available_at.isoformat()}"
-            lines.append(f"{job_id}\t{payload}\t{tail}\n")
-            if len(lines) == CHUNK_ROWS:
-                yield "".join(lines)
-                lines = []
-        if lines:
-            yield "".join(lines)
+            yield f"{job_id}\t{payload}\t{tail}\n"
 
     def enqueued(self) -> list[Enqueued]:
         """One Enqueued per job, in order: each written, pending."""
@@ -120,8 +131,7 @@ def copy_on(conn: psycopg.Connection[Any], batch: CopyBatch, notify: bool) -> li
     block = conn.transaction() if _own_transaction(conn) else contextlib.nullcontext()
     with block, conn.cursor() as cur:
         with cur.copy(batch.statement) as copy:
-            for chunk in batch.chunks():
-                copy.write(chunk)
+            copy.write(batch.text())
         if notify:
             cur.execute(sql("notify_topics"), {"topics": batch.topics})
     return batch.enqueued()
@@ -134,8 +144,7 @@ async def copy_on_async(
     own = _own_transaction(aconn)
     async with aconn.transaction() if own else contextlib.nullcontext(), aconn.cursor() as cur:
         async with cur.copy(batch.statement) as copy:
-            for chunk in batch.chunks():
-                await copy.write(chunk)
+            await copy.write(batch.text())
         if notify:
             await cur.execute(sql("notify_topics"), {"topics": batch.topics})
     return batch.enqueued()

@@ -289,6 +289,12 @@ SELECT id::text, true AS created, NULL::text, NULL::text, NULL::text FROM insert
 -- so every other one takes its default (state, times, available_at = now()).
 COPY job (id, payload, topic, priority, rate_key, app_version) FROM STDIN
 
+-- name: copy_jobs_plain
+-- copy_jobs for jobs that set only their topic and payload, enqueued without an app
+-- version: priority, rate_key and app_version take their defaults (0, NULL, NULL), the
+-- values copy_jobs would send.
+COPY job (id, payload, topic) FROM STDIN
+
 -- name: copy_jobs_at
 -- copy_jobs for jobs that carry their own available_at.
 COPY job (id, payload, topic, priority, rate_key, app_version, available_at) FROM STDIN

@@ -52,6 +52,20 @@ def odd_jobs(n: int = N) -> list[Job]:
     ]
 
 
+def plain_odd_jobs(n: int = N) -> list[Job]:
+    """Jobs that set only a topic and a payload (the three-column COPY), the payloads
+    holding every character COPY's text format escapes, in values, keys and bare strings."""
+    return [
+        Job(
+            "bulk.a" if i % 2 else "bulk.b",
+            ODD[i % len(ODD)]
+            if i % 5 == 0
+            else {"i": i, ODD[i % len(ODD)]: [ODD[(i + 1) % len(ODD)], None, "\\\\"]},
+        )
+        for i in range(n)
+    ]
+
+
 def traced(conn: psycopg.Connection[Any], run: Any) -> tuple[Any, str]:
     """``run()`` with libpq's protocol trace of ``conn``; its result and the trace."""
     with tempfile.TemporaryFile("w+") as f:
@@ -87,6 +101,37 @@ def test_a_large_keyless_batch_goes_through_copy_exactly_as_given(
         )
         assert (state, attempts, key, workflow, left) == ("pending", 0, None, None, 0)
         assert before - timedelta(minutes=1) < at < datetime.now(UTC) + timedelta(minutes=1)
+
+
+def ascii_dict_jobs(n: int = N) -> list[Job]:
+    """Plain jobs whose payloads are ASCII dicts (checked as one batch by the encoder)."""
+    odd = [text for text in ODD if text.isascii()]
+    return [Job("bulk.a", {"i": i, "s": odd[i % len(odd)], "lit": "\\N\\\\"}) for i in range(n)]
+
+
+@pytest.mark.parametrize("make", [plain_odd_jobs, ascii_dict_jobs])
+def test_jobs_setting_only_topic_and_payload_go_through_three_columns(
+    dsn: str, pg: psycopg.Connection[Any], make: Any
+) -> None:
+    # Issue 32: priority, rate_key and app_version would be their defaults on every row,
+    # so the COPY leaves them out; the payloads' backslashes are escaped in one go.
+    jobs = make()
+    assert copyable(jobs)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        done, trace = traced(conn, lambda: enqueue_on(conn, jobs))
+        versioned, trace_v = traced(conn, lambda: enqueue_on(conn, jobs, app_version="v2"))
+    assert "COPY job (id, payload, topic) FROM STDIN" in trace and "INSERT" not in trace
+    assert "COPY job (id, payload, topic, priority, rate_key, app_version)" in trace_v
+    ids = [e.id for e in done + versioned]
+    assert ids == sorted(ids) and len(set(ids)) == 2 * N
+    assert [(e.created, e.state) for e in done] == [(True, State.PENDING)] * N
+    for batch, version in ((done, None), (versioned, "v2")):
+        got = pg.execute(
+            "SELECT topic, payload, priority, rate_key, app_version, state, attempts "
+            "FROM job WHERE id = ANY(%s::uuid[]) ORDER BY id",
+            ([e.id for e in batch],),
+        ).fetchall()
+        assert got == [(j.topic, j.payload, 0, None, version, "pending", 0) for j in jobs]
 
 
 def test_jobs_with_their_own_times_go_through_copy_with_them(
@@ -151,8 +196,11 @@ def test_a_bad_job_stops_the_batch_before_anything_is_sent_and_the_transaction_l
     assert pg.execute("SELECT count(*) FROM job").fetchone() == (0,)
 
 
-def test_the_asyncio_path_writes_the_same_rows(dsn: str, pg: psycopg.Connection[Any]) -> None:
-    jobs = odd_jobs()
+@pytest.mark.parametrize("make", [odd_jobs, plain_odd_jobs])
+def test_the_asyncio_path_writes_the_same_rows(
+    dsn: str, pg: psycopg.Connection[Any], make: Any
+) -> None:
+    jobs = make()
 
     async def enqueue() -> list[brooq.Enqueued]:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:

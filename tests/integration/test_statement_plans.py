@@ -58,6 +58,7 @@ NOT_ON_JOB = {
     "drop_partition": "a function: DDL, planned by the function itself",
     "partitions": "the catalog and statistics",
     "copy_jobs": "COPY: no plan, it inserts what it is sent",
+    "copy_jobs_plain": "COPY: no plan, it inserts what it is sent",
     "copy_jobs_at": "COPY: no plan, it inserts what it is sent",
     "notify_topics": "pg_notify",
 }
