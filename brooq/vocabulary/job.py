@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -129,6 +129,14 @@ class Job:
         if trace_context is not None:
             own["trace_context"] = _trace_context(trace_context)
 
+    def __post_init__(self) -> None:
+        """Check the fields of a ``@dataclass`` subclass of Job as Job checks its own: the
+        subclass's generated __init__ sets them unchecked, then calls this (Job's own
+        __init__ never does)."""
+        own = self.__dict__
+        given = {f: own.pop(f) for f in _INIT_FIELDS if f in own}
+        Job.__init__(self, **given)
+
     def _check_overrides(self, *values: object) -> None:
         """Check the overrides (JOB_OVERRIDES' values, in order) as a kind's options are
         checked, and keep them coerced."""
@@ -159,6 +167,9 @@ class Job:
         """The ids of ``after``, canonical, each once, in the order given."""
         return self.after  # type: ignore[return-value]  # normalised in __init__
 
+
+_INIT_FIELDS = tuple(f.name for f in fields(Job) if f.init)
+"""The fields Job.__init__ takes, in order."""
 
 _TOPIC_AND_PAYLOAD = 3
 """The most entries of a job's own dict that set nothing but its topic and payload (topic,

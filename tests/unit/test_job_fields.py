@@ -155,3 +155,20 @@ def test_plain_jobs_are_those_that_set_only_a_topic_and_a_payload() -> None:
         Job("t", trace_context={"traceparent": "x"}),
     ):
         assert not plain_jobs([*plain, other]), other
+
+
+@dataclasses.dataclass(frozen=True)
+class Tagged(Job):
+    tag: str = ""
+
+
+def test_a_dataclass_subclass_is_checked_and_normalised_as_a_job() -> None:
+    job = Tagged("t", {"a": 1}, after=[PARENT, PARENT], idempotency_key="", tag="x")
+    assert (job.after, job.idempotency_key, job.tag) == ((PARENT,), None, "x")
+    assert Tagged("t", attempt_timeout=timedelta(seconds=10)).overrides is not None
+    with pytest.raises(InvalidTopic, match="invalid"):
+        Tagged("Bad")
+    with pytest.raises(InvalidJob, match="priority must be"):
+        Tagged("t", priority=True)
+    assert dataclasses.replace(job, tag="y").tag == "y"
+    assert not plain_jobs([Tagged("t")])  # told field by field
