@@ -14,8 +14,9 @@ where a supervisor runs, ready before any job is loaded):
   the ratio fair / plain (target ≥ 0.9).
 - **claim with many keys**: ``KEYS`` keys with ``PER_KEY`` ready rows each, ANALYZEd; one
   connection claims ``limit`` = 10 jobs ``CLAIMS`` times, each in a transaction of
-  ``lock_topic`` and ``claim_topic_fair`` as a supervisor runs it, each timed with its
-  commit; the plain ``claim_topic`` on the same rows for comparison.
+  ``lock_fair_topic`` and the fair claim (``fair_walk`` and ``claim_fair_turns``, limited.py's
+  ``claim_fair``) as a supervisor runs it, each timed with its commit; the plain
+  ``claim_topic`` on the same rows for comparison.
 """
 
 from __future__ import annotations
@@ -152,12 +153,13 @@ def drain(ctx: Context, round_no: int, topic: str) -> None:
 
 def claim_cost(ctx: Context, round_no: int) -> None:
     """The fair claim's and the plain claim's time with KEYS keys ready."""
+    from brooq.postgres.limited import claim_fair, fair_params
     from brooq.postgres.sql import sql
+    from brooq.vocabulary import Fairness
 
     keys = KEYS if ctx.sizes.drain_jobs >= 20_000 else 1_000
     params = {"holder": "bench:fair", "lease": timedelta(minutes=5), "topic": FAIR, "limit": 10,
-              "max_running": None, "app_version": None, "fair_keys": [], "fair_weights": [],
-              "unkeyed_window": 1000}  # fmt: skip
+              "max_running": None, "app_version": None, **fair_params(Fairness())}  # fmt: skip
     timings: dict[str, list[float]] = {"fair": [], "plain": []}
     with ctx.server.fresh("fairclaim") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
         load(conn, FAIR, keys * PER_KEY, keys, "x")
@@ -167,8 +169,8 @@ def claim_cost(ctx: Context, round_no: int) -> None:
             t0 = time.perf_counter()
             with conn.transaction():
                 if which == "fair":
-                    conn.execute(sql("lock_topic"), {"topic": FAIR})
-                    rows = conn.execute(sql("claim_topic_fair"), params).fetchall()
+                    conn.execute(sql("lock_fair_topic"), {"topic": FAIR})
+                    rows = claim_fair(conn, params, Fairness())
                 else:
                     rows = conn.execute(sql("claim_topic"), params).fetchall()
             timings[which].append((time.perf_counter() - t0) * 1000)
@@ -179,7 +181,7 @@ def claim_cost(ctx: Context, round_no: int) -> None:
             ctx.results.add(f"fair.claim.{which}.{name}", percentile(ms, pct),
                             round_no=round_no, group=GROUP,
                             label=f"claim of 10 with {keys:,} keys × {PER_KEY} ready: "
-                                  f"{'claim_topic_fair' if which == 'fair' else 'claim_topic'} "
+                                  f"{'the fair claim' if which == 'fair' else 'claim_topic'} "
                                   f"{name}",
                             unit="ms", higher_is_better=False)  # fmt: skip
 

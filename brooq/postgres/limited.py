@@ -9,18 +9,22 @@ that same transaction.
 
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import psycopg
 
+from brooq.engine.rotation import Cursor, Turn, turns
 from brooq.engine.store import Claimed
 from brooq.postgres.connect import Connector
 from brooq.postgres.rows import claimed_rows
 from brooq.postgres.sql import sql
 from brooq.vocabulary import Fairness, RateLimit
+from brooq.vocabulary.fairness import MAX_WEIGHT
 
 DEADLOCK_RETRIES = 5
 KEYS_PER_CLAIM = 128
@@ -60,7 +64,7 @@ def claim_limited(
 ) -> tuple[list[Claimed], float | None]:
     """Up to ``limit`` jobs of ``topic`` (of ``app_version`` or none) within its limits; and,
     when the rate limit cut the claim short, the seconds until a key that waits for it has a
-    token again. A fair topic takes its keys in turn (queries.sql ``claim_topic_fair``).
+    token again. A fair topic takes its keys in turn (:func:`claim_fair`).
     ``walks`` keeps, per rate-limited topic, where the next claim's walk over keys starts."""
     params: dict[str, Any] = {
         **fair_params(fairness),
@@ -75,11 +79,13 @@ def claim_limited(
         walk = (walks if walks is not None else {}).setdefault(topic, KeyWalk())
         return _claim_rated(connector, holder, params, rate, walk)
     # A fair topic, or a capped one (max_running), after the topic's claim lock.
-    statement = "claim_topic_fair" if fairness is not None else "claim_topic_limited"
     assert fairness is not None or max_running is not None
     with connector.connection() as conn, conn.transaction():
+        if fairness is not None:
+            conn.execute(sql("lock_fair_topic"), {"topic": topic})
+            return claimed_rows(claim_fair(conn, params, fairness), holder), None
         conn.execute(sql("lock_topic"), {"topic": topic})
-        return claimed_rows(conn.execute(sql(statement), params), holder), None
+        return claimed_rows(conn.execute(sql("claim_topic_limited"), params), holder), None
 
 
 def fair_params(fairness: Fairness | None) -> dict[str, Any]:
@@ -89,7 +95,89 @@ def fair_params(fairness: Fairness | None) -> dict[str, Any]:
         "fair_keys": fairness.keys if fairness else [],
         "fair_weights": fairness.counts if fairness else [],
         "unkeyed_window": UNKEYED_WINDOW,
+        "most_weight": MAX_WEIGHT,
     }
+
+
+Row = tuple[Any, ...]
+
+
+def claim_fair(
+    conn: psycopg.Connection[Any], params: dict[str, Any], fairness: Fairness
+) -> list[Row]:
+    """Up to ``params["limit"]`` jobs of a fair topic in its keys' turns, after lock_fair_topic
+    in ``conn``'s transaction: the claimed rows (``claimed_columns``).
+
+    Priority by priority: ``fair_walk`` reads the keys after the cursor at the highest ready
+    priority, this chooses by the turns (brooq.engine.rotation), ``claim_fair_turns`` claims
+    and moves the cursor; a priority that ran out leaves the rest to the next one."""
+    out: list[Row] = []
+    limit = params["limit"]
+    while len(out) < limit:
+        asked = {**params, "limit": limit - len(out)}
+        walked = conn.execute(sql("fair_walk"), asked).fetchall()
+        if not walked:
+            break
+        chosen = FairRead(walked, fairness, asked["limit"]).complete(conn, asked).chosen()
+        rows = conn.execute(sql("claim_fair_turns"), {**asked, **chosen_params(chosen)})
+        got = rows.fetchall()
+        out.extend(got)
+        if len(got) < len(chosen) or len(chosen) >= asked["limit"]:
+            break  # max_running's room, a row locked by someone else, or all taken
+    return out
+
+
+def chosen_params(chosen: Sequence[tuple[Any, Turn]]) -> dict[str, Any]:
+    """claim_fair_turns' parameters: the chosen rows in turn order with their turns."""
+    return {
+        "ids": [i for i, _ in chosen],
+        "keys": [t.key for _, t in chosen],
+        "rounds": [t.round for _, t in chosen],
+        "bases": [t.base for _, t in chosen],
+    }
+
+
+class FairRead:
+    """The rows one priority of a fair claim read (fair_walk, then fair_more), by key."""
+
+    def __init__(self, walked: Sequence[Row], fairness: Fairness, limit: int) -> None:
+        first = walked[0]
+        self.priority: int = first[5]
+        self.cursor = Cursor(first[6], first[7])
+        self.whole = first[8] < limit
+        """Whether the walk went round every key (else it stopped at ``limit`` keys)."""
+        self.fairness, self.limit = fairness, limit
+        self.order: list[str] = []
+        self.asked: dict[str, int] = {}
+        self.rows: dict[str, list[Any]] = {}
+        for key, _idx, asked, _place, job_id, *_ in sorted(walked, key=lambda r: (r[1], r[3])):
+            if key not in self.asked:
+                self.order.append(key)
+                self.asked[key], self.rows[key] = asked, []
+            self.rows[key].append(job_id)
+
+    def complete(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> FairRead:
+        """Read more rounds of the keys that gave all they were asked while the rows read
+        fall short of the claim: then every row of the rounds read is known, and the first
+        ``limit`` of the turns are among them (docs/architecture.md, "Fair claiming")."""
+        while self.whole and sum(map(len, self.rows.values())) < self.limit:
+            full = [k for k in self.order if len(self.rows[k]) >= self.asked[k]]
+            if not full:
+                break
+            short = self.limit - sum(map(len, self.rows.values()))
+            rounds = math.ceil(short / sum(self.fairness.weight(k or None) for k in full))
+            takes = [min(self.limit, rounds * self.fairness.weight(k or None)) for k in full]
+            more = {"keys": full, "skips": [self.asked[k] for k in full], "takes": takes}
+            read = conn.execute(sql("fair_more"), {**params, **more, "priority": self.priority})
+            for key, _place, job_id in sorted(read.fetchall(), key=lambda r: (r[0], r[1])):
+                self.rows[key].append(job_id)
+            for key, take in zip(full, takes, strict=True):
+                self.asked[key] += take
+        return self
+
+    def chosen(self) -> list[tuple[Any, Turn]]:
+        """The first ``limit`` rows read, in the order of the turns."""
+        return turns(self.order, self.rows, self.cursor, self.fairness)[: self.limit]
 
 
 def _claim_rated(

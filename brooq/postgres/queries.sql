@@ -367,6 +367,16 @@ RETURNING {{claimed_columns}}
 -- committed by the previous lock holder.
 SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0))
 
+-- name: lock_fair_topic
+-- lock_topic (the same lock), for a claim of a fair topic: and, for this transaction only,
+-- its statements run on a generic plan. fair_walk names many partitions' indexes several
+-- times: planning it takes ten times what running it does (3.5 ms against 0.3 ms on 10,000
+-- keys), and with a LIMIT of unknown size the planner keeps choosing custom plans; a
+-- prepared generic plan is the same index probes, planned once per connection (psycopg
+-- prepares a statement at its fifth run; through PgBouncer nothing is prepared).
+SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0)),
+       set_config('plan_cache_mode', 'force_generic_plan', true)
+
 -- name: claim_topic_limited
 -- claim_topic, at most as many as the topic's max_running leaves room for.
 UPDATE job
@@ -383,31 +393,6 @@ FROM unnest(ARRAY(
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
--- fragment: key_heads
--- Each key (rate_key) of a topic with a claimable row, and its head (its first such row
--- in claim order), walked on job_rate_key_idx in key order: one short probe per key (a
--- loose index scan that reads the head it stops at), never a read of each row. The
--- conditions are the `ready` and `served_version` fragments' (a fragment holds none).
-key_heads AS (
-    (SELECT rate_key, priority, available_at, id FROM job
-     WHERE state IN ('pending', 'failed') AND available_at <= now() AND topic = %(topic)s
-       AND rate_key IS NOT NULL
-       AND (app_version IS NULL OR app_version = %(app_version)s::text)
-     ORDER BY rate_key, priority DESC, available_at, id
-     LIMIT 1)
-    UNION ALL
-    SELECT head.rate_key, head.priority, head.available_at, head.id
-    FROM key_heads AS k
-    CROSS JOIN LATERAL (
-        SELECT rate_key, priority, available_at, id FROM job AS next
-        WHERE state IN ('pending', 'failed') AND available_at <= now() AND topic = %(topic)s
-          AND rate_key > k.rate_key
-          AND (app_version IS NULL OR app_version = %(app_version)s::text)
-        ORDER BY rate_key, priority DESC, available_at, id
-        LIMIT 1
-    ) AS head
-)
-
 -- fragment: fair_weights
 -- The weights of a fair topic's keys (jobs per turn); a key not named weighs 1.
 fair_weights AS (
@@ -416,7 +401,7 @@ fair_weights AS (
 
 -- fragment: fair_place
 -- A candidate row's place among its key's candidates, from 0, in claim order.
-(row_number() OVER (ORDER BY priority DESC, available_at, id) - 1)::float8
+(row_number() OVER (ORDER BY priority DESC, available_at, id) - 1)::int
 
 -- fragment: running_room
 -- How many more of the topic's jobs may start under its max_running (NULL: no cap).
@@ -426,115 +411,205 @@ CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
          WHERE running.state = 'processing' AND running.topic = %(topic)s)))
 END
 
--- name: claim_topic_fair
--- Up to `limit` ready jobs of a fair topic (fairness="round_robin"), its keys in turn
--- within each priority, within its max_running when it has one; run after lock_topic in
--- the same transaction, so the claims of the topic on every host are one sequence, each
--- seeing the rows and the turns every claim before it wrote (docs/architecture.md).
--- Turns are start-time fair queuing: a key's next job starts at
--- max(the topic's clock, the key's finish), each job after it 1/weight later; candidates
--- go by priority, then that tag, then claim order; a claim moves each key it served to
--- its tag after the jobs it took, and the clock to the last tag it took. So over claims of
--- any size (one at a time too) the keys with ready jobs alternate, weighted, and a key
--- that comes back after a pause starts at the clock, with no credit for the pause.
--- Reads: each key with claimable rows and its head, walked on job_rate_key_idx
--- (key_heads); then, only for keys that can give more than their head, their next rows on
--- the same index, unlocked: a key's row p (tag start + p / weight) is passed over when the
--- heads of at least `limit` other keys, of a priority no lower than its own head's, start
--- before its tag, as they all go first (`cut`: the (limit+1)-th smallest start among the
--- heads of such a priority, its key's own included, so `limit` others); jobs without a
--- key (key '') among the topic's first `unkeyed_window` ready rows on job_claim_idx, so a
--- topic whose jobs all have keys is never read whole for none. Only the chosen rows are
--- locked (SKIP LOCKED, the ready state checked again on each row as it is now): the claim
--- locks and writes `limit` rows however many keys it read.
-WITH RECURSIVE {{key_heads}}, {{fair_weights}}, clock AS MATERIALIZED (
-    SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
-), starts AS MATERIALIZED (
-    SELECT k.rate_key AS key, k.priority, k.available_at, k.id,
-           COALESCE(w.weight, 1)::float8 AS weight,
-           GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start
-    FROM key_heads AS k
-    CROSS JOIN clock
-    LEFT JOIN fair_weights AS w ON w.key = k.rate_key
-    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = k.rate_key
-), cuts AS MATERIALIZED (
-    SELECT level.priority,
-           (SELECT s.start FROM starts AS s WHERE s.priority >= level.priority
-            ORDER BY s.start OFFSET %(limit)s LIMIT 1) AS cut
-    FROM (SELECT DISTINCT priority FROM starts) AS level
-), more AS (
-    SELECT s.key, s.start, s.weight,
-           CASE WHEN c.cut IS NULL THEN %(limit)s - 1
-                ELSE GREATEST(0, LEAST(%(limit)s - 1,
-                                       floor((c.cut - s.start) * s.weight + 1e-9)::int))
-           END AS rows
-    FROM starts AS s JOIN cuts AS c ON c.priority = s.priority
-), unkeyed_start AS MATERIALIZED (
-    SELECT GREATEST(clock.v, COALESCE(turn.finish, clock.v)) AS start,
-           COALESCE(w.weight, 1)::float8 AS weight
-    FROM clock
-    LEFT JOIN fair_weights AS w ON w.key = ''
-    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = ''
-), candidates AS (
-    SELECT s.id, s.priority, s.available_at, s.key, s.start AS tag
-    FROM starts AS s
+-- fragment: fair_turn
+-- A rate-limited claim's candidate row (at `place` among its key's rows read, turn_of as t)
+-- in the turns of a fair topic: its round, its key's segment of the rotation and its base
+-- (brooq/engine/rotation.py); NULLs on a topic that is not fair (no turn_of row).
+CASE WHEN head.place < t.weight - t.base THEN 0
+     ELSE 1 + (head.place - (t.weight - t.base)) / t.weight END AS round,
+    t.seg, CASE WHEN head.place < t.weight - t.base THEN t.base ELSE 0 END AS base
+
+-- fragment: fair_cursor
+-- A fair topic's cursor (brooq_fair_cursor): the key served last and the jobs it took in its
+-- turn, and whether that turn goes on (jobs left in it: the key's weight, 1 unless named).
+-- A topic without a row starts as if the turn of '' (jobs without a key) were used up, so
+-- its first claim starts at the first key. brooq/engine/rotation.py's Cursor is the same.
+fair_cursor AS MATERIALIZED (
+    SELECT COALESCE(c.key, '') AS key, COALESCE(c.used, %(most_weight)s) AS used,
+           COALESCE(c.used, %(most_weight)s) < COALESCE(w.weight, 1) AS continues
+    FROM (SELECT) AS one
+    LEFT JOIN brooq_fair_cursor AS c ON c.topic = %(topic)s
+    LEFT JOIN fair_weights AS w ON w.key = COALESCE(c.key, '')
+)
+
+-- fragment: fair_key_rows
+-- One key's ready rows at the claim's priority (`level`), in claim order, on job_rate_key_idx
+-- (topic, rate_key, priority DESC, available_at, id): a range of the index.
+SELECT id FROM job
+WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s AND priority = level.priority
+
+-- fragment: fair_unkeyed
+-- The jobs without a key at the claim's priority, numbered from 0: among the topic's first
+-- `unkeyed_window` ready rows of that priority on job_claim_idx, so a fair topic whose jobs
+-- all have keys is never read whole for none.
+fair_unkeyed AS MATERIALIZED (
+    SELECT id, (row_number() OVER (ORDER BY available_at, id) - 1)::int AS place
+    FROM (SELECT id, available_at, rate_key FROM job
+          WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+            AND priority = (SELECT priority FROM level)
+          ORDER BY {{claim_order}}
+          LIMIT %(unkeyed_window)s) AS window_rows
+    WHERE rate_key IS NULL
+)
+
+-- name: fair_walk
+-- The first read of a claim of a fair topic (fairness="round_robin"), run after lock_topic in
+-- the same transaction, so it sees the cursor and the rows every claim before it committed
+-- on any host. The claim takes the topic's highest ready priority (`level`); within it the
+-- keys take turns in key order from the cursor (brooq/engine/rotation.py): the cursor's key
+-- first while its turn goes on, then the keys after it, then '' (jobs without a key), then
+-- those before it, then the cursor's key when its turn is used up. Every key gives at least
+-- one job in round 0, so a claim of `limit` jobs needs at most `limit` keys of that
+-- rotation: the walk visits no more (one probe each on job_rate_key_idx), however many keys
+-- have ready jobs. Each key then reads only what the claim can take from it: when the walk
+-- was cut at `limit` keys, its round-0 jobs and never more than `limit - idx` (the keys
+-- before it give one job each first); when it went round every key, enough rounds for
+-- `limit` jobs had every key jobs to spare (limited.py reads more while keys ran short).
+-- Returns each row read (in no order): its key, the key's place in the rotation (idx), the
+-- rows asked of the key, the row's place among the key's rows; and, on every row, the priority, the
+-- cursor and how many keys the walk visited. No row: nothing is ready.
+WITH RECURSIVE {{fair_weights}}, {{fair_cursor}}, level AS MATERIALIZED (
+    SELECT priority FROM job
+    WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+    ORDER BY {{claim_order}}
+    LIMIT 1
+), {{fair_unkeyed}}, ahead AS (
+    -- The keys after the cursor's, in key order: one short probe each (a loose index scan).
+    (SELECT rate_key FROM job
+     WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+       AND priority = (SELECT priority FROM level) AND rate_key > (SELECT key FROM fair_cursor)
+     ORDER BY rate_key
+     LIMIT 1)
     UNION ALL
-    SELECT next.id, next.priority, next.available_at, m.key,
-           m.start + next.place / m.weight AS tag
-    FROM more AS m
-    CROSS JOIN LATERAL (
-        SELECT id, priority, available_at, {{fair_place}} + 1 AS place
-        FROM (SELECT id, priority, available_at FROM job
-              WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
-                AND rate_key = m.key
-              ORDER BY {{claim_order}}
-              OFFSET 1
-              LIMIT m.rows) AS after_head
-    ) AS next
-    WHERE m.rows > 0
+    SELECT (SELECT next.rate_key FROM job AS next
+            WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+              AND priority = (SELECT priority FROM level) AND next.rate_key > ahead.rate_key
+            ORDER BY next.rate_key
+            LIMIT 1)
+    FROM ahead
+    WHERE ahead.rate_key IS NOT NULL
+), behind AS (
+    -- The keys before the cursor's, from the first (read only once `ahead` ran out).
+    (SELECT rate_key FROM job
+     WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+       AND priority = (SELECT priority FROM level) AND rate_key < (SELECT key FROM fair_cursor)
+     ORDER BY rate_key
+     LIMIT 1)
     UNION ALL
-    SELECT head.id, head.priority, head.available_at, '', u.start + head.place / u.weight
-    FROM (SELECT id, priority, available_at, {{fair_place}} AS place
-          FROM (SELECT id, priority, available_at, rate_key FROM job
-                WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
-                ORDER BY {{claim_order}}
-                LIMIT %(unkeyed_window)s) AS window_rows
-          WHERE rate_key IS NULL) AS head
-    CROSS JOIN unkeyed_start AS u
-), chosen AS (
-    SELECT id, key, tag FROM candidates
-    ORDER BY priority DESC, tag, available_at, id
+    SELECT (SELECT next.rate_key FROM job AS next
+            WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+              AND priority = (SELECT priority FROM level) AND next.rate_key > behind.rate_key
+              AND next.rate_key < (SELECT key FROM fair_cursor)
+            ORDER BY next.rate_key
+            LIMIT 1)
+    FROM behind
+    WHERE behind.rate_key IS NOT NULL
+), own AS MATERIALIZED (
+    -- Whether the cursor's own key has ready rows at this priority.
+    SELECT c.key FROM fair_cursor AS c
+    WHERE CASE WHEN c.key = '' THEN EXISTS (SELECT FROM fair_unkeyed)
+               ELSE EXISTS (SELECT FROM job
+                            WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
+                              AND priority = (SELECT priority FROM level) AND rate_key = c.key)
+          END
+), walk AS MATERIALIZED (
+    -- Lazily: the walk stops after `limit` keys (Append reads its parts in order).
+    SELECT rotation.key, (row_number() OVER () - 1)::int AS idx
+    FROM (SELECT own.key FROM own, fair_cursor WHERE fair_cursor.continues
+          UNION ALL
+          SELECT rate_key FROM ahead WHERE rate_key IS NOT NULL
+          UNION ALL
+          SELECT '' FROM fair_cursor WHERE key <> '' AND EXISTS (SELECT FROM fair_unkeyed)
+          UNION ALL
+          SELECT rate_key FROM behind WHERE rate_key IS NOT NULL
+          UNION ALL
+          SELECT own.key FROM own, fair_cursor WHERE NOT fair_cursor.continues
+          LIMIT %(limit)s) AS rotation (key)
+), quotas AS MATERIALIZED (
+    -- Each key's weight and its round-0 jobs (the cursor's key: what is left of its turn).
+    SELECT walk.key, walk.idx, COALESCE(w.weight, 1) AS weight,
+           COALESCE(w.weight, 1) - CASE WHEN walk.idx = 0 AND walk.key = c.key AND c.continues
+                                        THEN c.used ELSE 0 END AS first
+    FROM walk
+    CROSS JOIN fair_cursor AS c
+    LEFT JOIN fair_weights AS w ON w.key = walk.key
+), asked AS MATERIALIZED (
+    SELECT q.key, q.idx,
+           CASE WHEN t.keys >= %(limit)s THEN LEAST(q.first, %(limit)s - q.idx)
+                ELSE LEAST(%(limit)s, q.first + t.rounds * q.weight)
+           END AS rows,
+           t.keys
+    FROM quotas AS q
+    CROSS JOIN (SELECT count(*) AS keys,
+                       ceil(GREATEST(0, %(limit)s - sum(first))::numeric / sum(weight))::int
+                           AS rounds
+                FROM quotas) AS t
+)
+SELECT a.key, a.idx, a.rows, read.place, read.id, level.priority, c.key, c.used, a.keys
+FROM asked AS a
+CROSS JOIN level
+CROSS JOIN fair_cursor AS c
+CROSS JOIN LATERAL (
+    SELECT keyed.id, (row_number() OVER () - 1)::int AS place
+    FROM ({{fair_key_rows}} AND rate_key = a.key
+          ORDER BY {{claim_order}}
+          LIMIT a.rows) AS keyed
+    WHERE a.key <> ''
+    UNION ALL
+    SELECT u.id, u.place FROM fair_unkeyed AS u WHERE a.key = '' AND u.place < a.rows
+) AS read
+
+-- name: fair_more
+-- More rows of some keys of a fair claim's walk (fair_walk went round every key and some ran
+-- short, so the others give more rounds): each key's rows at the claim's priority after the
+-- first `skip`, at most `take`; in the same transaction, so the same rows as the walk saw.
+WITH level AS MATERIALIZED (
+    SELECT %(priority)s::smallint AS priority
+), {{fair_unkeyed}}
+SELECT more.key, read.place, read.id
+FROM unnest(%(keys)s::text[], %(skips)s::int[], %(takes)s::int[]) AS more (key, skip, take)
+CROSS JOIN level
+CROSS JOIN LATERAL (
+    SELECT keyed.id, (more.skip + row_number() OVER () - 1)::int AS place
+    FROM ({{fair_key_rows}} AND rate_key = more.key
+          ORDER BY {{claim_order}}
+          OFFSET more.skip
+          LIMIT more.take) AS keyed
+    WHERE more.key <> ''
+    UNION ALL
+    SELECT u.id, u.place FROM fair_unkeyed AS u
+    WHERE more.key = '' AND u.place >= more.skip AND u.place < more.skip + more.take
+) AS read
+
+-- name: claim_fair_turns
+-- The jobs a fair claim chose (limited.py, in the order of the turns, each with its key, its
+-- round and its key's base, brooq/engine/rotation.py), as many as max_running leaves room
+-- for; run after fair_walk in its transaction. Only these rows are locked (SKIP LOCKED, the
+-- ready state and the version checked again on each row as it is now: read committed
+-- re-checks an updated row), and the cursor moves to the last one claimed: its key, and the
+-- jobs that key has taken in its turn. A row locked by someone else (an operator's cancel)
+-- is skipped and its key's turn is not charged for it.
+WITH chosen AS MATERIALIZED (
+    SELECT c.id, c.key, c.round, c.base, c.seq
+    FROM unnest(%(ids)s::uuid[], %(keys)s::text[], %(rounds)s::int[], %(bases)s::int[])
+         WITH ORDINALITY AS c (id, key, round, base, seq)
+    ORDER BY c.seq
     LIMIT {{running_room}}
-), locked AS (
-    SELECT job.id, chosen.key, chosen.tag FROM job
+), locked AS MATERIALIZED (
+    SELECT chosen.* FROM job
     JOIN chosen ON job.id = chosen.id
     WHERE job.state IN ('pending', 'failed') AND job.available_at <= now()
       AND (job.app_version IS NULL OR job.app_version = %(app_version)s::text)
     FOR NO KEY UPDATE OF job SKIP LOCKED
-), served AS (
-    SELECT locked.key, count(*) AS jobs, max(locked.tag) AS last_tag
-    FROM locked GROUP BY locked.key
-), moved AS (
-    SELECT GREATEST(clock.v, COALESCE((SELECT max(last_tag) FROM served), clock.v)) AS v
-    FROM clock
+), last AS (
+    SELECT key, round, base FROM locked ORDER BY seq DESC LIMIT 1
 ), turned AS (
-    INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
-    SELECT %(topic)s, served.key,
-           COALESCE(s.start, u.start) + served.jobs / COALESCE(s.weight, u.weight)
-    FROM served
-    CROSS JOIN unkeyed_start AS u
-    LEFT JOIN starts AS s ON s.key = served.key
-    ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
-), clocked AS (
-    INSERT INTO brooq_fair_clock AS c (topic, clock)
-    SELECT %(topic)s, moved.v FROM moved WHERE EXISTS (SELECT FROM served)
-    ON CONFLICT (topic) DO UPDATE SET clock = EXCLUDED.clock
-), forgotten AS (
-    -- A key whose turn the clock has passed would start at the clock anyway.
-    DELETE FROM brooq_fair_turn AS turn
-    USING moved
-    WHERE turn.topic = %(topic)s AND turn.finish <= moved.v
-      AND turn.key NOT IN (SELECT key FROM served)
+    INSERT INTO brooq_fair_cursor AS c (topic, key, used)
+    SELECT %(topic)s, last.key,
+           last.base + (SELECT count(*) FROM locked
+                        WHERE locked.key = last.key AND locked.round = last.round)
+    FROM last
+    ON CONFLICT (topic) DO UPDATE SET key = EXCLUDED.key, used = EXCLUDED.used
 )
 UPDATE job
 SET {{claim_set}}
@@ -561,8 +636,10 @@ GREATEST(0, EXTRACT(EPOCH FROM bucket.full_at - clock.t) * 1000000)
 -- number of keys and every key gets its turn. The head of every visited key with
 -- tokens is taken, then the best of those heads, so a busy key never starves the
 -- others. Rows of keys whose bucket is full again are deleted (`most` at a time).
--- On a fair topic (%(fair)s) the heads go by their tags and the claim keeps the turns,
--- as claim_topic_fair does (the heads of a key with tokens are its oldest rows).
+-- On a fair topic (%(fair)s) the heads go by the turns from the topic's cursor, as a claim
+-- of fair_walk does (brooq/engine/rotation.py: round, then the key's place in the rotation,
+-- which its name and the cursor's give), and the claim moves the cursor; among the keys it
+-- visits, so exact while at most `most` keys have ready jobs.
 -- Jobs without a key are looked for only while `unkeyed` (see limited.py).
 -- Returns, on every row (one row of NULL jobs when none was claimed): wait_s, the
 -- seconds until a visited key that still has ready jobs but no token gets one (NULL:
@@ -611,21 +688,22 @@ WITH RECURSIVE clock AS MATERIALIZED (
     FROM (SELECT '' AS key UNION ALL SELECT rate_key FROM keys) AS k
     CROSS JOIN clock
     LEFT JOIN brooq_rate_limit AS bucket ON bucket.topic = %(topic)s AND bucket.key = k.key
-), fair_clock AS MATERIALIZED (
-    SELECT COALESCE((SELECT clock FROM brooq_fair_clock WHERE topic = %(topic)s), 0) AS v
-), starts AS MATERIALIZED (
-    SELECT b.key, COALESCE(w.weight, 1)::float8 AS weight,
-           GREATEST(c.v, COALESCE(turn.finish, c.v)) AS start
+), {{fair_cursor}}, turn_of AS MATERIALIZED (
+    -- Each visited key's segment of the rotation (0: the cursor's key, its turn going on;
+    -- 1: the keys after it; 2: from the first key ('') to the cursor's, its turn used up;
+    -- by name within one), its weight and its base; only on a fair topic.
+    SELECT b.key, COALESCE(w.weight, 1) AS weight,
+           CASE WHEN b.key = c.key AND c.continues THEN 0 WHEN b.key > c.key THEN 1 ELSE 2 END
+               AS seg,
+           CASE WHEN b.key = c.key AND c.continues THEN c.used ELSE 0 END AS base
     FROM buckets AS b
-    CROSS JOIN fair_clock AS c
+    CROSS JOIN fair_cursor AS c
     LEFT JOIN fair_weights AS w ON w.key = b.key
-    LEFT JOIN brooq_fair_turn AS turn ON turn.topic = %(topic)s AND turn.key = b.key
     WHERE %(fair)s
 ), keyed AS (
-    SELECT head.id, head.priority, head.available_at, b.key,
-           s.start + head.place / s.weight AS tag
+    SELECT head.id, head.priority, head.available_at, b.key, {{fair_turn}}
     FROM buckets AS b
-    LEFT JOIN starts AS s ON s.key = b.key
+    LEFT JOIN turn_of AS t ON t.key = b.key
     CROSS JOIN LATERAL (
         SELECT id, priority, available_at, {{fair_place}} AS place
         FROM (SELECT id, priority, available_at FROM job
@@ -638,8 +716,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
 ), unkeyed AS (
     -- Not looked for (LIMIT 0 runs no scan) while `unkeyed` is false: the caller's last
     -- look found no job without a key, and this scan would pass over every keyed one.
-    SELECT head.id, head.priority, head.available_at, ''::text AS key,
-           s.start + head.place / s.weight AS tag
+    SELECT head.id, head.priority, head.available_at, ''::text AS key, {{fair_turn}}
     FROM (SELECT id, priority, available_at, {{fair_place}} AS place
           FROM (SELECT id, priority, available_at FROM job
                 WHERE {{ready}} AND {{served_version}} AND topic = %(topic)s
@@ -649,10 +726,12 @@ WITH RECURSIVE clock AS MATERIALIZED (
                            THEN LEAST(%(limit)s, (SELECT tokens FROM buckets WHERE key = ''))
                            ELSE 0 END
                 FOR NO KEY UPDATE SKIP LOCKED) AS oldest) AS head
-    LEFT JOIN starts AS s ON s.key = ''
+    LEFT JOIN turn_of AS t ON t.key = ''
 ), chosen AS (
-    SELECT id, key, tag FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
-    ORDER BY priority DESC, CASE WHEN %(fair)s THEN tag ELSE 0 END, available_at, id
+    SELECT id, key, round, base,
+           row_number() OVER (ORDER BY priority DESC, round, seg, key, available_at, id) AS seq
+    FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
+    ORDER BY priority DESC, round, seg, key, available_at, id
     LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
                ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
                    SELECT count(*) FROM job AS running
@@ -683,28 +762,20 @@ WITH RECURSIVE clock AS MATERIALIZED (
        OR (bucket.rate, bucket.per, bucket.burst)
           IS DISTINCT FROM (EXCLUDED.rate, EXCLUDED.per, EXCLUDED.burst)
     RETURNING bucket.key, bucket.full_at
-), fair_served AS (
-    SELECT chosen.key, count(*) AS jobs, max(chosen.tag) AS last_tag
-    FROM chosen JOIN claimed ON claimed.id = chosen.id
+), fair_last AS (
+    -- The last job claimed in the order of the turns (a fair topic only).
+    SELECT chosen.key, chosen.round, chosen.base FROM chosen
+    JOIN claimed ON claimed.id = chosen.id
     WHERE %(fair)s
-    GROUP BY chosen.key
-), fair_moved AS (
-    SELECT GREATEST(c.v, COALESCE((SELECT max(last_tag) FROM fair_served), c.v)) AS v
-    FROM fair_clock AS c
+    ORDER BY chosen.seq DESC
+    LIMIT 1
 ), fair_turned AS (
-    INSERT INTO brooq_fair_turn AS turn (topic, key, finish)
-    SELECT %(topic)s, fair_served.key, s.start + fair_served.jobs / s.weight
-    FROM fair_served JOIN starts AS s ON s.key = fair_served.key
-    ON CONFLICT (topic, key) DO UPDATE SET finish = EXCLUDED.finish
-), fair_clocked AS (
-    INSERT INTO brooq_fair_clock AS c (topic, clock)
-    SELECT %(topic)s, fair_moved.v FROM fair_moved WHERE EXISTS (SELECT FROM fair_served)
-    ON CONFLICT (topic) DO UPDATE SET clock = EXCLUDED.clock
-), fair_forgotten AS (
-    DELETE FROM brooq_fair_turn AS turn
-    USING fair_moved
-    WHERE %(fair)s AND turn.topic = %(topic)s AND turn.finish <= fair_moved.v
-      AND turn.key NOT IN (SELECT key FROM fair_served)
+    INSERT INTO brooq_fair_cursor AS c (topic, key, used)
+    SELECT %(topic)s, l.key,
+           l.base + (SELECT count(*) FROM chosen JOIN claimed ON claimed.id = chosen.id
+                     WHERE chosen.key = l.key AND chosen.round = l.round)
+    FROM fair_last AS l
+    ON CONFLICT (topic) DO UPDATE SET key = EXCLUDED.key, used = EXCLUDED.used
 ), idle AS (
     -- SKIP LOCKED: a bucket a release is refunding is left for the next claim.
     DELETE FROM brooq_rate_limit AS bucket
@@ -1365,7 +1436,7 @@ SELECT migration_id FROM _yoyo_migration ORDER BY applied_at_utc, migration_id
 -- brooq's tables this role may not read and write (supervise and work need both). One
 -- privilege at a time: given a list, has_table_privilege is true when any one is held.
 SELECT t FROM unnest(ARRAY['job', 'job_key', 'job_edge', 'brooq_supervisor', 'brooq_rate_limit',
-                           'brooq_topic_pause']) AS t
+                           'brooq_topic_pause', 'brooq_fair_cursor']) AS t
 WHERE to_regclass(t) IS NOT NULL
   AND NOT (has_table_privilege(to_regclass(t), 'SELECT')
            AND has_table_privilege(to_regclass(t), 'INSERT')

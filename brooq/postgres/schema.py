@@ -32,6 +32,7 @@ MARKS = {
     "0013.job-overrides": "column:trace_context",
     "0014.topic-pause": "relation:brooq_topic_pause",
     "0015.app-versions": "column:app_version",
+    "0016.fair-cursor": "relation:brooq_fair_cursor",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

@@ -2,7 +2,8 @@
 
 A `-- fragment: name` block is a piece several statements share (the ready-row
 condition, the claim order, what a claim writes); `{{name}}` in a statement is
-replaced by the fragment's text at load time, so each piece is written once.
+replaced by the fragment's text at load time (a fragment may use fragments too),
+so each piece is written once.
 Statement names are always literal strings at the call site (``sql("claim_topic")``),
 so grep finds every use.
 """
@@ -35,8 +36,8 @@ def parse(text: str) -> dict[str, str]:
         target[name] = _COMMENT_RE.sub("", body).strip()
 
     def expand(match: re.Match[str]) -> str:
-        try:
-            return fragments[match[1]]
+        try:  # a fragment may use fragments too
+            return _USE_RE.sub(expand, fragments[match[1]])
         except KeyError:
             raise ValueError(f"queries.sql uses an unknown fragment {match[1]!r}") from None
 

@@ -22,6 +22,7 @@ ALL = [
     "0013.job-overrides",
     "0014.topic-pause",
     "0015.app-versions",
+    "0016.fair-cursor",
 ]
 
 

@@ -210,8 +210,7 @@ def test_the_outcome_is_read_from_the_row_alone(
         "brooq_supervisor",
         "brooq_rate_limit",
         "brooq_topic_pause",
-        "brooq_fair_turn",
-        "brooq_fair_clock",
+        "brooq_fair_cursor",
     }
     row = pg.execute(
         "SELECT state, attempts, last_error FROM job WHERE id = %s", (job.id,)

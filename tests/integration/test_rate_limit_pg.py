@@ -164,6 +164,7 @@ def test_the_rated_claim_uses_the_indexes_and_never_scans_the_table(
         "fair_keys": ["tenant-1"],
         "fair_weights": [3],
         "unkeyed_window": 1000,
+        "most_weight": 1000,
         "rate": 100,
         "per": timedelta(seconds=1),
         "per_us": 1_000_000,

@@ -42,6 +42,7 @@ NOT_ON_JOB = {
     "paused_topic_names": "brooq_topic_pause",
     "ping": "SELECT 1",
     "lock_topic": "an advisory lock",
+    "lock_fair_topic": "an advisory lock and set_config",
     "terminate_cut_backends": "pg_stat_activity",
     "limit_statement_time": "set_config",
     "limit_idle_time": "set_config",
@@ -62,7 +63,7 @@ NOT_ON_JOB = {
     "copy_jobs_at": "COPY: no plan, it inserts what it is sent",
     "notify_topics": "pg_notify",
 }
-CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited", "claim_topic_fair"}
+CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited", "fair_walk"}
 BY_ID = {"settle", "get", "cancel"}
 BY_PRIMARY_KEY = {
     "settle_many",
@@ -73,6 +74,7 @@ BY_PRIMARY_KEY = {
     "enqueue_graph",
     "parent_states",
     "retry_picked",
+    "claim_fair_turns",
 }
 RESOLVES = {"settle", "settle_many", "cancel", "cancel_jobs", "cancel_workflow", "requeue_expired"}
 """Statements that end jobs and resolve their children's edges (resolve_children): they read
@@ -181,7 +183,8 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
         "app_version": None, "fair": False, "fair_keys": [], "fair_weights": [],
-        "unkeyed_window": 1000, "from_version": "v1", "to_version": "v2",
+        "unkeyed_window": 1000, "most_weight": 1000, "skips": [0, 3], "takes": [5, 5],
+        "rounds": [0, 0, 1], "bases": [0, 0, 0], "from_version": "v1", "to_version": "v2",
         "rate_key": None, "rate": 100, "per": timedelta(seconds=1), "per_us": 1_000_000,
         "burst": 20, "rates": [100], "pers": [timedelta(seconds=1)], "bursts": [20],
         "after": "", "unkeyed": True, "by": "ops",

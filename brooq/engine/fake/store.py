@@ -22,6 +22,7 @@ from brooq.engine.edges import enqueued_twice
 from brooq.engine.fake.recording import RecordingConnection
 from brooq.engine.fake.upkeep import FakeUpkeep
 from brooq.engine.outcome import Outcome, SettleKind
+from brooq.engine.rotation import Turn
 from brooq.engine.store import Claimed, ClaimedBatch, SettleHookFailed, Ticket
 from brooq.vocabulary import (
     CLAIMABLE_STATES,
@@ -131,9 +132,9 @@ class InMemoryStore(FakeUpkeep):
                 ),
                 key=lambda r: (-r.priority, r.available_at, r.id),
             )
-            tags: dict[str, tuple[str, float]] = {}
+            placed: dict[str, tuple[int, Turn]] = {}
             if fair:
-                ready, tags = self.turns.order(ready, fair)
+                ready, placed = self.turns.order(ready, fair)
             tokens = {
                 (r.topic, r.rate_key or ""): self.buckets.tokens(
                     (r.topic, r.rate_key or ""), rates[r.topic], now
@@ -155,7 +156,7 @@ class InMemoryStore(FakeUpkeep):
                 running[row.topic] += 1
                 out.append(self._take(row, holder, lease, now))
             if fair:  # returned in claim order, as PostgreSQL's RETURNING gives them
-                self.turns.served([self.rows[c.id] for c in out], tags, fair)
+                self.turns.served([self.rows[c.id] for c in out], placed)
                 out.sort(key=lambda c: (-c.priority, c.available_at, c.id))
             self._spend(out, rates, now)
             if len(out) < limit:

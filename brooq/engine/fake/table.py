@@ -42,9 +42,9 @@ class FakeTable:
         self.executed: list[Executed] = []
         """Statements that committed settle hooks ran on their RecordingConnection."""
         self.buckets = Buckets()
-        self.turns = FairTurns()
-        """The fair topics' turns (the ``brooq_fair_turn`` and ``brooq_fair_clock`` tables)."""
         """The rate limits' buckets (the ``brooq_rate_limit`` table)."""
+        self.turns = FairTurns()
+        """The fair topics' cursors (the ``brooq_fair_cursor`` table)."""
         self.paused: dict[str, TopicPause] = {}
         """Paused topics (the ``brooq_topic_pause`` table)."""
         self._clock = clock or (lambda: datetime.now(UTC))

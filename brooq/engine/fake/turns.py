@@ -1,73 +1,63 @@
-"""The turns of fair topics in the in-memory store: queries.sql ``claim_topic_fair`` (and,
-for a rate-limited fair topic, ``claim_topic_rated``'s order within one claim)."""
+"""The turns of fair topics in the in-memory store: the order of queries.sql ``fair_walk``
+and ``claim_fair_turns`` (and ``claim_topic_rated`` on a rate-limited fair topic), computed
+over every ready row (brooq.engine.rotation)."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+from brooq.engine.rotation import Cursor, Turn, advance, rotation, turns
 from brooq.vocabulary import Fairness, JobRecord
 
 
 class FairTurns:
-    """Start-time fair queuing per fair topic: each key's finish, each topic's clock (the
-    ``brooq_fair_turn`` and ``brooq_fair_clock`` tables)."""
+    """Each fair topic's cursor (the ``brooq_fair_cursor`` table)."""
 
     def __init__(self) -> None:
-        self.finish: dict[tuple[str, str], float] = {}
-        self.clock: dict[str, float] = {}
-        self._starts: dict[tuple[str, str], float] = {}
+        self.cursors: dict[str, Cursor] = {}
 
     def order(
         self, ready: list[JobRecord], fair: Mapping[str, Fairness]
-    ) -> tuple[list[JobRecord], dict[str, tuple[str, float]]]:
+    ) -> tuple[list[JobRecord], dict[str, tuple[int, Turn]]]:
         """``ready`` (in claim order) in the order a claim takes them, and each fair row's
-        (key, tag). A fair topic's rows go by priority, then tag: the key's start (the
-        topic's clock, or the key's finish when later) plus its place among the key's ready
-        rows over its weight (claim_topic_fair; claim_topic_rated on a rate-limited one)."""
-        starts: dict[tuple[str, str], float] = {}
-        places: Counter[tuple[str, str]] = Counter()
-        tags: dict[str, tuple[str, float]] = {}
+        place in its topic's turns and its turn. A fair topic's rows go priority by priority;
+        within one, by the turns from the cursor where the priority above left it (had the
+        claim taken every row above)."""
+        levels: dict[tuple[str, int], dict[str, list[JobRecord]]] = defaultdict(dict)
         for row in ready:
-            if row.topic not in fair:
-                continue
-            key = row.rate_key or ""
-            at = (row.topic, key)
-            if at not in starts:
-                clock = self.clock.get(row.topic, 0.0)
-                starts[at] = max(clock, self.finish.get(at, clock))
-            tags[row.id] = (key, starts[at] + places[at] / fair[row.topic].weight(row.rate_key))
-            places[at] += 1
-        self._starts = starts
-        ordered = sorted(
+            if row.topic in fair:
+                keys = levels[row.topic, row.priority]
+                keys.setdefault(row.rate_key or "", []).append(row)
+        placed: dict[str, tuple[int, Turn]] = {}
+        for topic, fairness in fair.items():
+            cursor = self.cursors.get(topic, Cursor())
+            for priority in sorted({p for t, p in levels if t == topic}, reverse=True):
+                rows = levels[topic, priority]
+                ordered = turns(rotation(rows, cursor, fairness), rows, cursor, fairness)
+                for row, turn in ordered:
+                    placed[row.id] = (len(placed), turn)
+                cursor = advance(cursor, [turn for _, turn in ordered])
+        ordered_rows = sorted(
             ready,
             key=lambda r: (
                 -r.priority,
-                tags[r.id][1] if r.id in tags else 0.0,
+                placed[r.id][0] if r.id in placed else 0,
                 r.available_at,
                 r.id,
             ),
         )
-        return ordered, tags
+        return ordered_rows, placed
 
-    def served(
-        self,
-        taken: Iterable[JobRecord],
-        tags: Mapping[str, tuple[str, float]],
-        fair: Mapping[str, Fairness],
-    ) -> None:
-        """Move each served key's finish past the jobs it was given, and each topic's clock
-        to the last tag taken; forget keys the clock has passed."""
-        jobs: Counter[tuple[str, str]] = Counter()
-        last: dict[str, float] = {}
+    def served(self, taken: Iterable[JobRecord], placed: Mapping[str, tuple[int, Turn]]) -> None:
+        """Move each fair topic's cursor past the jobs a claim took (the last priority's)."""
+        by_topic: dict[str, list[tuple[int, int, Turn]]] = defaultdict(list)
         for row in taken:
-            at = (row.topic, tags[row.id][0])
-            jobs[at] += 1
-            last[row.topic] = max(last.get(row.topic, 0.0), tags[row.id][1])
-        for (topic, key), n in jobs.items():
-            self.finish[topic, key] = self._starts[topic, key] + n / fair[topic].weight(key or None)
-        for topic, tag in last.items():
-            clock = self.clock[topic] = max(self.clock.get(topic, 0.0), tag)
-            for at in [a for a, f in self.finish.items() if a[0] == topic and f <= clock]:
-                if at not in jobs:
-                    del self.finish[at]
+            if row.id in placed:
+                at, turn = placed[row.id]
+                by_topic[row.topic].append((-row.priority, at, turn))
+        for topic, rows in by_topic.items():
+            rows.sort(key=lambda r: (r[0], r[1]))
+            last_level = rows[-1][0]
+            level = [turn for p, _, turn in rows if p == last_level]
+            self.cursors[topic] = advance(self.cursors.get(topic, Cursor()), level)
