@@ -159,6 +159,7 @@ def connect(
     statement_timeout: timedelta | None = None,
     prepare: bool = True,
     idle_timeout: timedelta | None = None,
+    generic_plans: bool = False,
     **kwargs: Any,
 ) -> psycopg.Connection[Any]:
     """Open one autocommit connection; StoreUnavailable (password-free) when it fails.
@@ -168,7 +169,12 @@ def connect(
     PgBouncer (``use_pgbouncer``), which refuses startup options: there the
     Connector sets them per transaction. ``prepare=False`` (implied through
     PgBouncer) turns off psycopg's server-side prepared statements, which a
-    transaction-pooling PgBouncer cannot keep.
+    transaction-pooling PgBouncer cannot keep. ``generic_plans`` runs the prepared
+    statements on a generic plan (``plan_cache_mode``): a claim's custom plan is planned
+    anew at every run over every partition of job, about three times the CPU of running it
+    (docs/adr/001, "A second design"); the claims' generic plans are checked in
+    tests/integration/test_statement_plans.py. Nothing is prepared through PgBouncer, so
+    there it changes nothing.
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
@@ -176,8 +182,12 @@ def connect(
     bounds["idle_in_transaction_session_timeout"] = idle_timeout
     if PROFILE.pgbouncer:
         prepare = False
-    elif given := [f"-c {name}={_ms(t)}" for name, t in bounds.items() if t is not None]:
-        params["options"] = " ".join([params.get("options", ""), *given]).strip()
+    else:
+        given = [f"-c {name}={_ms(t)}" for name, t in bounds.items() if t is not None]
+        if generic_plans and prepare:
+            given.append("-c plan_cache_mode=force_generic_plan")
+        if given:
+            params["options"] = " ".join([params.get("options", ""), *given]).strip()
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **params)
     except psycopg.Error as exc:
@@ -208,6 +218,8 @@ class Source:
     guard: Callable[[], contextlib.AbstractContextManager[None]] | None = None
     idle_timeout: timedelta | None = None
     """A transaction idle this long ends its session (and its locks): a worker's settle."""
+    generic_plans: bool = False
+    """Prepared statements run on generic plans (a supervisor's claims lane: see connect)."""
 
     def guarded(self) -> contextlib.AbstractContextManager[None]:
         """The guard's block, or a block that does nothing."""
@@ -325,6 +337,7 @@ class Connector:
                     statement_timeout=self.source.statement_timeout,
                     prepare=self.source.prepare,
                     idle_timeout=self.source.idle_timeout,
+                    generic_plans=self.source.generic_plans,
                 )
             self._terminate_cut(self._own)
         return self._own

@@ -364,8 +364,11 @@ RETURNING {{claimed_columns}}
 -- until the end of the transaction: SKIP LOCKED alone would let two claimers
 -- both see room for one more (or both spend the same token). The claim runs as
 -- a separate statement after it, so its snapshot includes every claim
--- committed by the previous lock holder.
-SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0))
+-- committed by the previous lock holder. Its statements are planned for their
+-- parameters (plan_cache_mode auto for this transaction, even on a claims lane whose
+-- session runs generic plans): the rated claim's plan depends on them.
+SELECT pg_advisory_xact_lock(hashtextextended('brooq.max_running:' || %(topic)s, 0)),
+       set_config('plan_cache_mode', 'auto', true)
 
 -- name: lock_fair_topic
 -- lock_topic (the same lock), for a claim of a fair topic: and, for this transaction only,

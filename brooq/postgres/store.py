@@ -63,6 +63,8 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
     its session when a transaction of it sits idle that long.
     ``app_version`` (None: none) is stamped on every job it enqueues, and its
     claims take only jobs of that version and jobs with none (brooq.vocabulary.versions).
+    ``generic_plans`` (DSN only) runs its prepared statements on generic plans (see
+    brooq.postgres.connect.connect): a supervisor's claims lane.
     """
 
     def __init__(
@@ -76,10 +78,17 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         listen_dsn: str | Literal["auto"] | None = "auto",
         idle_timeout: timedelta | None = None,
         app_version: str | None = None,
+        generic_plans: bool = False,
     ) -> None:
         self.app_version = app_version_of(app_version)
         self.connector = Connector(
-            Source(source, statement_timeout, prepare, idle_timeout=idle_timeout)
+            Source(
+                source,
+                statement_timeout,
+                prepare,
+                idle_timeout=idle_timeout,
+                generic_plans=generic_plans,
+            )
         )
         self._secrets = passwords_of(source)
         self._turn = False

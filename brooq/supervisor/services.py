@@ -44,7 +44,8 @@ def open_stores(
 ) -> tuple[PostgresStore, PostgresStore]:
     """The writes lane's store and the claims lane's, each statement bounded (statement_bound),
     both of the supervisor's ``app_version`` (its claims take that version's jobs and those
-    with none; the periodic jobs it enqueues carry it)."""
+    with none; the periodic jobs it enqueues carry it). The claims lane runs its statements
+    on generic plans: planned once, not at every claim."""
     bound = statement_bound(settings.lease)
     writes = PostgresStore(
         dsn,
@@ -53,7 +54,10 @@ def open_stores(
         statement_timeout=bound,
         app_version=app_version,
     )
-    return writes, PostgresStore(dsn, statement_timeout=bound, app_version=app_version)
+    claims = PostgresStore(
+        dsn, statement_timeout=bound, app_version=app_version, generic_plans=True
+    )
+    return writes, claims
 
 
 def app_version_of(settings: Settings, app_version: str | None) -> str | None:

@@ -973,3 +973,31 @@ def _assert_no_secret(exc: BaseException) -> None:
     assert SECRET not in str(exc) and SECRET not in repr(exc)
     assert SECRET not in text
     assert str(exc).startswith("database unavailable")
+
+
+def test_a_claims_lane_runs_generic_plans_and_a_limited_claim_does_not(
+    pg: psycopg.Connection[Any], dsn: str
+) -> None:
+    """The supervisor's claims store plans its prepared claims once (plan_cache_mode on its
+    own session); a claim under lock_topic (max_running, rate limits) is planned for its
+    parameters, as before, in its transaction only; any other store is left as it is."""
+    from brooq.config.sources import load_settings
+    from brooq.postgres.sql import sql
+    from brooq.supervisor.services import open_stores
+
+    writes, claims = open_stores(load_settings(environ={}, env_file=None), dsn)
+    try:
+        with claims.connector.connection() as conn:
+            assert _one(conn, "SHOW plan_cache_mode") == "force_generic_plan"
+            with conn.transaction():
+                conn.execute(sql("lock_topic"), {"topic": "t"})
+                assert _one(conn, "SHOW plan_cache_mode") == "auto"
+            assert _one(conn, "SHOW plan_cache_mode") == "force_generic_plan"
+        with writes.connector.connection() as conn:
+            assert _one(conn, "SHOW plan_cache_mode") == "auto"
+        pg.execute("INSERT INTO job (topic, payload) VALUES ('t', '1')")
+        claimed = claims.claim_many("h:1:x", ["t"], timedelta(seconds=30), 5)
+        assert [c.payload for c in claimed] == [1]
+    finally:
+        writes.close()
+        claims.close()

@@ -41,7 +41,7 @@ NOT_ON_JOB = {
     "topic_pauses": "brooq_topic_pause",
     "paused_topic_names": "brooq_topic_pause",
     "ping": "SELECT 1",
-    "lock_topic": "an advisory lock",
+    "lock_topic": "an advisory lock and set_config",
     "lock_fair_topic": "an advisory lock and set_config",
     "terminate_cut_backends": "pg_stat_activity",
     "limit_statement_time": "set_config",
@@ -99,7 +99,8 @@ TYPES = {
     "retry_in": "interval", "error": "text", "traceback": "text", "reason": "text",
     "result": "text",
     "ids": "uuid[]", "holders": "text[]", "attempts": "int[]", "lease": "interval",
-    "outcomes": "text", "app_version": "text",
+    "outcomes": "text", "app_version": "text", "limit": "int", "topic": "text",
+    "topics": "text[]", "max_running": "int",
 }  # fmt: skip
 """The parameters' types for PREPARE (psycopg says them when it prepares)."""
 
@@ -260,6 +261,37 @@ def test_generic_plans_by_id_read_one_partition_a_row(
         # One id (settle, get, cancel) is one partition; three ids at most three.
         assert 1 <= len(read) <= (1 if name in BY_ID else 3), f"{name} read {read}"
         assert all(n["Node Type"] == "Index Scan" for n in ran), f"{name}: {ran}"
+    finally:
+        conn.execute("DEALLOCATE ALL")
+        conn.execute("RESET plan_cache_mode")
+
+
+@pytest.mark.parametrize("name", ["claim_topic", "claim_topics", "claim_topic_limited"])
+def test_generic_claim_plans_read_each_partition_in_claim_order(
+    conn: psycopg.Connection[Any], name: str
+) -> None:
+    """A supervisor's claims lane runs on generic plans (plan_cache_mode): planned once, a
+    claim still reads each partition through job_claim_idx, merged, never a sort of the
+    table; the LIMIT and the topic are parameters the plan cannot see."""
+    params = _params(conn, name)
+    statement = statements()[name]
+    order = sorted(set(re.findall(r"%\((\w+)\)s", statement)))
+    for i, p in enumerate(order, start=1):
+        statement = statement.replace(f"%({p})s", f"${i}")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+    try:
+        types = ", ".join(TYPES[p] for p in order)
+        conn.execute(f"PREPARE generic ({types}) AS {statement}")
+        args = pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order)
+        query = pgsql.SQL("EXPLAIN (FORMAT JSON) EXECUTE generic ({})").format(args)
+        row = conn.execute(query).fetchone()
+        assert row is not None
+        plan = row[0][0]["Plan"]
+        layout = Layout(conn)
+        assert not layout.full_scans(plan), f"{name} reads a whole partition"
+        assert not layout.unbounded_sorts(plan), f"{name} sorts the table"
+        scans = {n["Relation Name"] for n in layout.index_scans(plan, "job_claim_idx")}
+        assert scans >= layout.filled, f"{name}: partitions not read through job_claim_idx"
     finally:
         conn.execute("DEALLOCATE ALL")
         conn.execute("RESET plan_cache_mode")
