@@ -5,7 +5,8 @@ the library does not, to keep its hot path free of catalog queries. A
 database some migrations behind then fails a statement with a column or
 function it lacks: the connector turns that error into :class:`SchemaBehind`,
 naming the missing migrations with the same check the CLI runs, on the error
-path only. A missing table is SchemaMissing already (brooq.postgres.connect).
+path only. A missing table is SchemaMissing (missing_table), a refused statement
+PrivilegeMissing (missing_privilege).
 On the caller's own connection (``enqueue(job, conn=…)``), whose transaction
 the error aborted, :func:`on_callers_connection` says the same without the
 names.
@@ -14,15 +15,40 @@ names.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 
 import psycopg
 
 from brooq.postgres.schema import behind_message
-from brooq.vocabulary import BrooqError, SchemaBehind, SchemaMismatch, SchemaMissing
+from brooq.vocabulary import (
+    BrooqError,
+    PrivilegeMissing,
+    SchemaBehind,
+    SchemaMismatch,
+    SchemaMissing,
+)
 
 BEHIND_ERRORS = (psycopg.errors.UndefinedColumn, psycopg.errors.UndefinedFunction)
 """What a statement of brooq's raises on a database that lacks one of its migrations."""
+GRANTS_DOC = 'docs/operations.md, "Database roles and grants"'
+_RELATION = re.compile(r'relation "([^"]+)" does not exist')
+
+
+def missing_table(exc: psycopg.errors.UndefinedTable) -> SchemaMissing:
+    """The one-line advice for a statement on a table the migrations would have made."""
+    match = _RELATION.search(str(exc))
+    return SchemaMissing(match[1].rsplit(".", 1)[-1] if match else "job")
+
+
+def missing_privilege(exc: psycopg.errors.InsufficientPrivilege) -> PrivilegeMissing:
+    """The one-line advice for a statement the database role may not run."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else "permission denied"
+    return PrivilegeMissing(
+        f"the database role lacks a privilege brooq needs ({first}): give it the grants "
+        f"of {GRANTS_DOC}"
+    )
 
 
 def schema_behind(exc: psycopg.Error, dsn: str | None) -> BrooqError | None:
@@ -70,8 +96,6 @@ def on_callers_connection() -> Iterator[None]:
     """Around brooq's statements on a connection of the caller's: SchemaMissing or
     SchemaBehind instead of psycopg's UndefinedTable, UndefinedColumn, UndefinedFunction
     (the caller's transaction is aborted: nothing more can be read on it)."""
-    from brooq.postgres.connect import missing_table  # the connector builds on this module
-
     try:
         yield
     except psycopg.errors.UndefinedTable as exc:

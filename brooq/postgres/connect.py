@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -18,15 +17,18 @@ from psycopg.errors import IdleInTransactionSessionTimeout as IdleInTransactionT
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
-from brooq.postgres.behind import BEHIND_ERRORS, schema_behind
+from brooq.postgres.behind import (
+    BEHIND_ERRORS,
+    missing_privilege,
+    missing_table,
+    schema_behind,
+)
 from brooq.postgres.dsn import MALFORMED, scrub
 from brooq.postgres.sql import sql
-from brooq.vocabulary import PrivilegeMissing, SchemaMissing, StoreUnavailable
+from brooq.vocabulary import StoreUnavailable
 
 log = logging.getLogger("brooq.postgres")
 
-_RELATION = re.compile(r'relation "([^"]+)" does not exist')
-GRANTS_DOC = 'docs/operations.md, "Database roles and grants"'
 # What a transaction-pooling PgBouncer answers to a client that acts as if it had a session
 # of its own: it refuses the startup option brooq sets its statement timeout with, and a
 # server connection it hands over may already hold another client's prepared statement.
@@ -59,22 +61,6 @@ def unavailable(exc: BaseException, conninfo: str | None = None) -> StoreUnavail
     text = str(exc).strip()
     first = text.splitlines()[0] if text else type(exc).__name__
     return StoreUnavailable(f"database unavailable: {scrub(first, [_password(conninfo)])}")
-
-
-def missing_table(exc: psycopg.errors.UndefinedTable) -> SchemaMissing:
-    """The one-line advice for a statement on a table the migrations would have made."""
-    match = _RELATION.search(str(exc))
-    return SchemaMissing(match[1].rsplit(".", 1)[-1] if match else "job")
-
-
-def missing_privilege(exc: psycopg.errors.InsufficientPrivilege) -> PrivilegeMissing:
-    """The one-line advice for a statement the database role may not run."""
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else "permission denied"
-    return PrivilegeMissing(
-        f"the database role lacks a privilege brooq needs ({first}): give it the grants "
-        f"of {GRANTS_DOC}"
-    )
 
 
 def bouncer_detected(signature: str) -> None:
@@ -169,25 +155,21 @@ def connect(
     PgBouncer (``use_pgbouncer``), which refuses startup options: there the
     Connector sets them per transaction. ``prepare=False`` (implied through
     PgBouncer) turns off psycopg's server-side prepared statements, which a
-    transaction-pooling PgBouncer cannot keep. ``generic_plans`` runs the prepared
-    statements on a generic plan (``plan_cache_mode``): a claim's custom plan is planned
-    anew at every run over every partition of job, about three times the CPU of running it
-    (docs/adr/001, "A second design"); the claims' generic plans are checked in
-    tests/integration/test_statement_plans.py. Nothing is prepared through PgBouncer, so
-    there it changes nothing.
+    transaction-pooling PgBouncer cannot keep. ``generic_plans``: prepared statements run on
+    generic plans (a claim's custom plan over every partition cost ~3x running it: ADR 001).
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
-    bounds = {"statement_timeout": statement_timeout}
-    bounds["idle_in_transaction_session_timeout"] = idle_timeout
+    named = {
+        "statement_timeout": statement_timeout,
+        "idle_in_transaction_session_timeout": idle_timeout,
+    }
+    given = [f"-c {name}={_ms(t)}" for name, t in named.items() if t is not None]
+    given += ["-c plan_cache_mode=force_generic_plan"] if generic_plans and prepare else []
     if PROFILE.pgbouncer:
         prepare = False
-    else:
-        given = [f"-c {name}={_ms(t)}" for name, t in bounds.items() if t is not None]
-        if generic_plans and prepare:
-            given.append("-c plan_cache_mode=force_generic_plan")
-        if given:
-            params["options"] = " ".join([params.get("options", ""), *given]).strip()
+    elif given:
+        params["options"] = " ".join([params.get("options", ""), *given]).strip()
     try:
         conn = psycopg.connect(conninfo, autocommit=True, **params)
     except psycopg.Error as exc:
@@ -218,8 +200,7 @@ class Source:
     guard: Callable[[], contextlib.AbstractContextManager[None]] | None = None
     idle_timeout: timedelta | None = None
     """A transaction idle this long ends its session (and its locks): a worker's settle."""
-    generic_plans: bool = False
-    """Prepared statements run on generic plans (a supervisor's claims lane: see connect)."""
+    generic_plans: bool = False  # a supervisor's claims lane: see connect
 
     def guarded(self) -> contextlib.AbstractContextManager[None]:
         """The guard's block, or a block that does nothing."""

@@ -18,7 +18,8 @@ from urllib.parse import quote
 
 import psycopg
 
-from brooq.postgres.connect import connect, missing_privilege, unavailable
+from brooq.postgres.behind import missing_privilege
+from brooq.postgres.connect import connect, unavailable
 from brooq.postgres.sql import sql
 
 MIGRATIONS_PACKAGE_DIR = "migrations"

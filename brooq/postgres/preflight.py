@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from brooq.postgres.connect import GRANTS_DOC, Connector, Source
+from brooq.postgres.behind import GRANTS_DOC
+from brooq.postgres.connect import Connector, Source
 from brooq.postgres.migrations import migration_ids
 from brooq.postgres.schema import YOYO_READABLE, compare, mismatch_message
 from brooq.postgres.sql import sql
