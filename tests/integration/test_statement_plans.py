@@ -230,49 +230,9 @@ def test_plan_on_a_million_rows(conn: psycopg.Connection[Any], name: str) -> Non
         assert layout.index_scans(plan, "job_pkey"), f"{name} does not join by the primary key"
 
 
-@pytest.mark.parametrize("name", ["settle", "get", "cancel", "heartbeat", "settle_many"])
-def test_generic_plans_by_id_read_one_partition_a_row(
-    conn: psycopg.Connection[Any], name: str
-) -> None:
-    """psycopg prepares what it runs often: partitions are then pruned as the plan starts
-    (by id) or per joined row (Subplans Removed, or never executed)."""
-    params = _params(conn, name)
-    statement = statements()[name]
-    order = sorted(set(re.findall(r"%\((\w+)\)s", statement)))
-    for i, p in enumerate(order, start=1):
-        statement = statement.replace(f"%({p})s", f"${i}")
-    conn.execute("SET plan_cache_mode = force_generic_plan")
-    try:
-        types = ", ".join(TYPES[p] for p in order)
-        conn.execute(f"PREPARE generic ({types}) AS {statement}")
-        with conn.transaction(force_rollback=True):
-            args = pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order)
-            query = pgsql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE generic ({})").format(args)
-            row = conn.execute(query).fetchone()
-        assert row is not None
-        plan = row[0][0]["Plan"]
-        layout = Layout(conn)
-        ran = [
-            n
-            for n, _ in nodes(plan)
-            if n.get("Relation Name") in layout.filled and n.get("Actual Loops", 0) > 0
-        ]
-        read = {n["Relation Name"] for n in ran}
-        # One id (settle, get, cancel) is one partition; three ids at most three.
-        assert 1 <= len(read) <= (1 if name in BY_ID else 3), f"{name} read {read}"
-        assert all(n["Node Type"] == "Index Scan" for n in ran), f"{name}: {ran}"
-    finally:
-        conn.execute("DEALLOCATE ALL")
-        conn.execute("RESET plan_cache_mode")
-
-
-@pytest.mark.parametrize("name", ["claim_topic", "claim_topics", "claim_topic_limited"])
-def test_generic_claim_plans_read_each_partition_in_claim_order(
-    conn: psycopg.Connection[Any], name: str
-) -> None:
-    """A supervisor's claims lane runs on generic plans (plan_cache_mode): planned once, a
-    claim still reads each partition through job_claim_idx, merged, never a sort of the
-    table; the LIMIT and the topic are parameters the plan cannot see."""
+def _generic_plan(conn: psycopg.Connection[Any], name: str, analyze: bool) -> dict[str, Any]:
+    """The top node of ``name``'s generic plan, as psycopg's prepared statements get it
+    under plan_cache_mode force_generic_plan; run (and rolled back) when ``analyze``."""
     params = _params(conn, name)
     statement = statements()[name]
     order = sorted(set(re.findall(r"%\((\w+)\)s", statement)))
@@ -283,15 +243,46 @@ def test_generic_claim_plans_read_each_partition_in_claim_order(
         types = ", ".join(TYPES[p] for p in order)
         conn.execute(f"PREPARE generic ({types}) AS {statement}")
         args = pgsql.SQL(", ").join(pgsql.Literal(params[p]) for p in order)
-        query = pgsql.SQL("EXPLAIN (FORMAT JSON) EXECUTE generic ({})").format(args)
-        row = conn.execute(query).fetchone()
+        options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+        query = pgsql.SQL("EXPLAIN ({}) EXECUTE generic ({})").format(pgsql.SQL(options), args)
+        with conn.transaction(force_rollback=True):
+            row = conn.execute(query).fetchone()
         assert row is not None
-        plan = row[0][0]["Plan"]
-        layout = Layout(conn)
-        assert not layout.full_scans(plan), f"{name} reads a whole partition"
-        assert not layout.unbounded_sorts(plan), f"{name} sorts the table"
-        scans = {n["Relation Name"] for n in layout.index_scans(plan, "job_claim_idx")}
-        assert scans >= layout.filled, f"{name}: partitions not read through job_claim_idx"
+        return row[0][0]["Plan"]  # type: ignore[no-any-return]
     finally:
         conn.execute("DEALLOCATE ALL")
         conn.execute("RESET plan_cache_mode")
+
+
+@pytest.mark.parametrize("name", ["settle", "get", "cancel", "heartbeat", "settle_many"])
+def test_generic_plans_by_id_read_one_partition_a_row(
+    conn: psycopg.Connection[Any], name: str
+) -> None:
+    """psycopg prepares what it runs often: partitions are then pruned as the plan starts
+    (by id) or per joined row (Subplans Removed, or never executed)."""
+    plan = _generic_plan(conn, name, analyze=True)
+    layout = Layout(conn)
+    ran = [
+        n
+        for n, _ in nodes(plan)
+        if n.get("Relation Name") in layout.filled and n.get("Actual Loops", 0) > 0
+    ]
+    read = {n["Relation Name"] for n in ran}
+    # One id (settle, get, cancel) is one partition; three ids at most three.
+    assert 1 <= len(read) <= (1 if name in BY_ID else 3), f"{name} read {read}"
+    assert all(n["Node Type"] == "Index Scan" for n in ran), f"{name}: {ran}"
+
+
+@pytest.mark.parametrize("name", ["claim_topic", "claim_topics", "claim_topic_limited"])
+def test_generic_claim_plans_read_each_partition_in_claim_order(
+    conn: psycopg.Connection[Any], name: str
+) -> None:
+    """A supervisor's claims lane runs on generic plans (plan_cache_mode): planned once, a
+    claim still reads each partition through job_claim_idx, merged, never a sort of the
+    table; the LIMIT and the topic are parameters the plan cannot see."""
+    plan = _generic_plan(conn, name, analyze=False)
+    layout = Layout(conn)
+    assert not layout.full_scans(plan), f"{name} reads a whole partition"
+    assert not layout.unbounded_sorts(plan), f"{name} sorts the table"
+    scans = {n["Relation Name"] for n in layout.index_scans(plan, "job_claim_idx")}
+    assert scans >= layout.filled, f"{name}: partitions not read through job_claim_idx"
