@@ -359,6 +359,101 @@ FROM unnest(ARRAY(
 WHERE job.id = picked.job_id
 RETURNING {{claimed_columns}}
 
+-- name: claim_levels
+-- Where a claimer of one topic begins (brooq/postgres/floors.py): the priority levels of
+-- its ready and scheduled jobs, highest first (a loose scan of job_claim_idx, one descent
+-- a level), and the snapshot they were read in. The one claim statement of a claimer that
+-- reads a level from its start: rows made ready after this snapshot are found fresh.
+WITH RECURSIVE level AS (
+    (SELECT priority FROM job
+     WHERE topic = %(topic)s AND state IN ('pending', 'failed')
+     ORDER BY priority DESC LIMIT 1)
+    UNION ALL
+    SELECT (SELECT priority FROM job
+            WHERE topic = %(topic)s AND state IN ('pending', 'failed')
+              AND priority < level.priority
+            ORDER BY priority DESC LIMIT 1)
+    FROM level WHERE level.priority IS NOT NULL
+)
+SELECT pg_current_snapshot()::text AS seen,
+       ARRAY(SELECT priority FROM level WHERE priority IS NOT NULL) AS levels
+
+-- name: claim_floors
+-- claim_topics, from floors (brooq/postgres/floors.py). Each priority level of each topic
+-- is read from its floor on, the place after which its claimer has claimed nothing (one
+-- index range of job_claim_idx: `priority = level AND (available_at, id) > floor`), so no
+-- index entry of a row claimed before is walked again; then the best of those heads. Rows
+-- a head locked but the LIMIT left out are unlocked when the statement ends.
+-- First, the look for rows made ready behind a floor: a topic's rows made ready (inserted,
+-- or stamped by job_ready_stamp) since its claimer's previous look, committed now and not
+-- visible in the snapshot `seen` it looked with (PgQ's rule), in the partitions of the
+-- last ten minutes' ids (where inserts land: a few index descents, not one a partition)
+-- unless `everywhere` (a sweep); the earliest place of each level among them moves that
+-- level's floor back (or adds the level). The range on
+-- ready_xid starts at the oldest transaction `seen` did not see that has ended since (else
+-- at its xmax): a transaction still open, however old (idle in a transaction), holds
+-- nothing back.
+-- Returns the claimed rows (claimed_columns), then one row per topic and fresh level with
+-- a NULL id: topic, this look's snapshot (as payload), level (priority), earliest place
+-- (available_at); level NULL when the topic has no fresh row.
+WITH fresh AS MATERIALIZED (
+    SELECT look.topic, f.priority, f.at, pg_current_snapshot()::text AS seen
+    FROM unnest(%(topics)s::text[], %(seen)s::text[]) AS look (topic, seen)
+    LEFT JOIN LATERAL (
+        SELECT priority, min(available_at) AS at
+        FROM job
+        WHERE topic = look.topic
+          -- job_ready_xid_idx's predicate, then the waiting rows out: job_claim_idx's
+          -- predicate is not implied, so no plan reads the fresh rows through it.
+          AND state IN ('pending', 'failed', 'waiting') AND state <> 'waiting'
+          AND id >= CASE WHEN %(everywhere)s::bool THEN '00000000-0000-0000-0000-000000000000'::uuid
+                         ELSE brooq_job_bound(now() - interval '10 minutes') END
+          AND ready_xid >= (
+              SELECT min(x) FROM (
+                  SELECT pg_snapshot_xmax(look.seen::pg_snapshot) AS x
+                  UNION ALL
+                  SELECT open.x FROM pg_snapshot_xip(look.seen::pg_snapshot) AS open (x)
+                  WHERE open.x <> ALL (ARRAY(SELECT pg_snapshot_xip(pg_current_snapshot())))
+              ) AS unseen)
+          AND ready_xid < pg_snapshot_xmax(pg_current_snapshot())
+          AND NOT pg_visible_in_snapshot(ready_xid, look.seen::pg_snapshot)
+        GROUP BY priority
+    ) AS f ON true
+), floor AS (
+    SELECT coalesce(kept.topic, fresh.topic) AS topic,
+           coalesce(kept.priority, fresh.priority) AS priority,
+           CASE WHEN kept.at IS NULL OR fresh.at <= kept.at THEN fresh.at ELSE kept.at END AS at,
+           CASE WHEN kept.at IS NULL OR fresh.at <= kept.at
+                THEN '00000000-0000-0000-0000-000000000000'::uuid ELSE kept.id END AS id
+    FROM unnest(%(floor_topics)s::text[], %(levels)s::smallint[], %(ats)s::timestamptz[],
+                %(ids)s::uuid[]) AS kept (topic, priority, at, id)
+    FULL JOIN (SELECT * FROM fresh WHERE priority IS NOT NULL) AS fresh
+        ON fresh.topic = kept.topic AND fresh.priority = kept.priority
+), claimed AS (
+    UPDATE job
+    SET {{claim_set}}
+    FROM unnest(ARRAY(
+        SELECT head.id
+        FROM floor
+        CROSS JOIN LATERAL (
+            SELECT id, priority, available_at FROM job
+            WHERE {{ready}} AND {{served_version}} AND topic = floor.topic
+              AND priority = floor.priority AND (available_at, id) > (floor.at, floor.id)
+            ORDER BY available_at, id
+            LIMIT %(limit)s
+            FOR NO KEY UPDATE SKIP LOCKED
+        ) AS head
+        ORDER BY head.priority DESC, head.available_at, head.id
+        LIMIT %(limit)s
+    )) AS picked (job_id)
+    WHERE job.id = picked.job_id
+    RETURNING {{claimed_columns}}
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, topic, seen, NULL, NULL, NULL, priority, at, NULL, NULL, NULL, NULL, NULL, NULL
+FROM fresh
+
 -- name: lock_topic
 -- Serialize the claims of one topic that has a max_running or a rate limit,
 -- until the end of the transaction: SKIP LOCKED alone would let two claimers
@@ -731,10 +826,14 @@ WITH RECURSIVE clock AS MATERIALIZED (
                 FOR NO KEY UPDATE SKIP LOCKED) AS oldest) AS head
     LEFT JOIN turn_of AS t ON t.key = ''
 ), chosen AS (
+    -- Keys count in the order only on a fair topic (its turns); elsewhere the heads of
+    -- every key go by claim order, so jobs without a key do not jump the others.
     SELECT id, key, round, base,
-           row_number() OVER (ORDER BY priority DESC, round, seg, key, available_at, id) AS seq
+           row_number() OVER (ORDER BY priority DESC, round, seg,
+                                       CASE WHEN %(fair)s THEN key END, available_at, id)
+               AS seq
     FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS heads
-    ORDER BY priority DESC, round, seg, key, available_at, id
+    ORDER BY priority DESC, round, seg, CASE WHEN %(fair)s THEN key END, available_at, id
     LIMIT CASE WHEN %(max_running)s::int IS NULL THEN %(limit)s
                ELSE GREATEST(0, LEAST(%(limit)s, %(max_running)s::int - (
                    SELECT count(*) FROM job AS running

@@ -33,6 +33,7 @@ MARKS = {
     "0014.topic-pause": "relation:brooq_topic_pause",
     "0015.app-versions": "column:app_version",
     "0016.fair-cursor": "relation:brooq_fair_cursor",
+    "0017.ready-xid": "column:ready_xid",
 }
 """What each shipped migration leaves in the catalog (facts of the ``schema_facts`` query)."""
 

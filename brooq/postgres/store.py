@@ -22,6 +22,7 @@ from brooq.engine.store import (
 from brooq.postgres.behind import on_callers_connection
 from brooq.postgres.connect import PROFILE, Connector, Source
 from brooq.postgres.enqueue import enqueue_on, enqueue_on_async
+from brooq.postgres.floors import Floors, claim_from_floors
 from brooq.postgres.limited import KeyWalk, claim_limited
 from brooq.postgres.pausing import PostgresPauses
 from brooq.postgres.results import job_key, wait_listening, wait_listening_async, wait_polling
@@ -94,6 +95,14 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         self._turn = False
         self._walks: dict[str, KeyWalk] = {}
         """Per keyed, rate-limited topic: where its next claim's walk over keys starts."""
+        # A store on a caller's connection claims inside the caller's transaction, which
+        # may roll back after the floors moved on: it claims from each topic's start.
+        self._floors: dict[str | None, Floors] | None = (
+            None if isinstance(source, psycopg.Connection) else {}
+        )
+        """Per app version served: where each topic's claims read from (floors.py). A
+        floor passes the rows of other versions, so a store that changes its version
+        starts that version's floors anew."""
         self.notify = notify
         self.max_payload_bytes = max_payload_bytes
         self._listen_dsn = listen_dsn if listen_dsn != "auto" else _listen_dsn_of(source)
@@ -212,6 +221,10 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
             "limit": limit,
             "app_version": self.app_version,
         }
+        if self._floors is not None:
+            floors = self._floors.setdefault(self.app_version, Floors())
+            rows = claim_from_floors(self.connector, floors, list(topics), params)
+            return claimed_rows(rows, holder)
         if len(topics) == 1:
             statement, params["topic"] = sql("claim_topic"), topics[0]
         else:

@@ -33,7 +33,7 @@ class Layout:
                 "SELECT c.relname, p.relname FROM pg_inherits i "
                 "JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent "
                 "WHERE p.relname IN ('job_claim_idx', 'job_pkey', 'job_terminal_idx', "
-                "'job_processing_idx', 'job_rate_key_idx')"
+                "'job_processing_idx', 'job_rate_key_idx', 'job_ready_xid_idx')"
             )
         }
         """Each partition's index → the index of job it is a partition of."""

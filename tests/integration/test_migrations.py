@@ -23,6 +23,7 @@ ALL = [
     "0014.topic-pause",
     "0015.app-versions",
     "0016.fair-cursor",
+    "0017.ready-xid",
 ]
 
 

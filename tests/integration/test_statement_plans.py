@@ -20,6 +20,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from brooq.postgres.enqueue import control_params
+from brooq.postgres.floors import START
 from brooq.postgres.sql import statements
 from brooq.vocabulary import Job
 from tests.integration.partitions import past_layout
@@ -63,7 +64,8 @@ NOT_ON_JOB = {
     "copy_jobs_at": "COPY: no plan, it inserts what it is sent",
     "notify_topics": "pg_notify",
 }
-CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited", "fair_walk"}
+CLAIMS = {"claim_topic", "claim_topics", "claim_topic_limited", "fair_walk", "claim_levels",
+          "claim_floors"}  # fmt: skip
 BY_ID = {"settle", "get", "cancel"}
 BY_PRIMARY_KEY = {
     "settle_many",
@@ -100,7 +102,8 @@ TYPES = {
     "result": "text",
     "ids": "uuid[]", "holders": "text[]", "attempts": "int[]", "lease": "interval",
     "outcomes": "text", "app_version": "text", "limit": "int", "topic": "text",
-    "topics": "text[]", "max_running": "int",
+    "topics": "text[]", "max_running": "int", "seen": "text[]", "everywhere": "bool",
+    "floor_topics": "text[]", "levels": "smallint[]", "ats": "timestamptz[]",
 }  # fmt: skip
 """The parameters' types for PREPARE (psycopg says them when it prepares)."""
 
@@ -193,6 +196,12 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "workflow": None, "edges": json.dumps([{"parent_id": ids[0], "child_id": jobs[0]["id"],
         "parent_state": None}]),
     }  # fmt: skip
+    if name == "claim_floors":  # every level of every topic from its start (floors.py)
+        row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+        assert row is not None
+        params.update(seen=[row[0]] * len(TOPICS), everywhere=False, floor_topics=TOPICS,
+                      levels=[0] * len(TOPICS), ats=[START[0]] * len(TOPICS),
+                      ids=[START[1]] * len(TOPICS))  # fmt: skip
     if name == "declare_rates":
         params["topics"] = ["report.daily"]
     if name in {"existing_keys", "free_orphan_keys"}:
@@ -219,7 +228,7 @@ def test_plan_on_a_million_rows(conn: psycopg.Connection[Any], name: str) -> Non
         return  # planned (it runs), and may read everything: see OPERATOR_SCANS
     assert not layout.full_scans(plan), f"{name} reads a whole partition: {layout.full_scans(plan)}"
     if name in CLAIMS:
-        assert not layout.unbounded_sorts(plan), f"{name} sorts the table"
+        assert not _sorts_of_the_table(layout, plan), f"{name} sorts the table"
         scans = {n["Relation Name"] for n in layout.index_scans(plan, "job_claim_idx")}
         assert scans >= layout.filled, f"{name}: partitions not read through job_claim_idx"
     if name in BY_ID:
@@ -228,6 +237,19 @@ def test_plan_on_a_million_rows(conn: psycopg.Connection[Any], name: str) -> Non
         assert layout.index_scans(plan, "job_pkey"), name
     if name in BY_PRIMARY_KEY:
         assert layout.index_scans(plan, "job_pkey"), f"{name} does not join by the primary key"
+
+
+def _sorts_of_the_table(layout: Layout, plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Sorts over job rows no Limit cuts, but for those of claim_floors' look: it reads
+    only the rows made ready since the previous look (a range of job_ready_xid_idx), and
+    groups them by priority level, as a hash or a sort of those few."""
+
+    def look_only(sort: dict[str, Any]) -> bool:
+        read = [n for n, _ in nodes(sort) if n.get("Relation Name") in layout.filled]
+        indexes = {layout.index_of.get(n.get("Index Name", "")) for n in read}
+        return indexes <= {"job_ready_xid_idx"}
+
+    return [s for s in layout.unbounded_sorts(plan) if not look_only(s)]
 
 
 def _generic_plan(conn: psycopg.Connection[Any], name: str, analyze: bool) -> dict[str, Any]:
@@ -273,7 +295,9 @@ def test_generic_plans_by_id_read_one_partition_a_row(
     assert all(n["Node Type"] == "Index Scan" for n in ran), f"{name}: {ran}"
 
 
-@pytest.mark.parametrize("name", ["claim_topic", "claim_topics", "claim_topic_limited"])
+@pytest.mark.parametrize(
+    "name", ["claim_topic", "claim_topics", "claim_topic_limited", "claim_levels", "claim_floors"]
+)
 def test_generic_claim_plans_read_each_partition_in_claim_order(
     conn: psycopg.Connection[Any], name: str
 ) -> None:
@@ -283,6 +307,25 @@ def test_generic_claim_plans_read_each_partition_in_claim_order(
     plan = _generic_plan(conn, name, analyze=False)
     layout = Layout(conn)
     assert not layout.full_scans(plan), f"{name} reads a whole partition"
-    assert not layout.unbounded_sorts(plan), f"{name} sorts the table"
+    assert not _sorts_of_the_table(layout, plan), f"{name} sorts the table"
     scans = {n["Relation Name"] for n in layout.index_scans(plan, "job_claim_idx")}
     assert scans >= layout.filled, f"{name}: partitions not read through job_claim_idx"
+
+
+def test_generic_floors_plan_looks_for_fresh_rows_by_transaction_in_the_newest_partitions(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """claim_floors' look for rows made ready behind a floor reads job_ready_xid_idx (a
+    range of transaction ids, not the claim index, whose entries of claimed rows a held
+    snapshot keeps), and only in the partitions of the last minutes' ids: the older ones
+    are pruned as the plan starts (a sweep's look reads them all)."""
+    plan = _generic_plan(conn, "claim_floors", analyze=True)
+    layout = Layout(conn)
+    looked = {n["Relation Name"] for n in layout.index_scans(plan, "job_ready_xid_idx")}
+    assert looked, "the look does not read job_ready_xid_idx"
+    ran = {
+        n["Relation Name"]
+        for n in layout.index_scans(plan, "job_ready_xid_idx")
+        if n.get("Actual Loops", 0) > 0
+    }
+    assert len(ran) <= 1 < len(layout.filled), f"the look read {ran}"
