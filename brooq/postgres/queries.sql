@@ -1041,7 +1041,8 @@ SELECT id FROM released
 -- lease expired max_expirations times in a row (no outcome recorded between
 -- them) goes dead: it may be killing its host.
 -- At most `batch` rows a call, so no call holds the table for long. A job it moves to
--- dead resolves its children's edges, as a settle would.
+-- dead resolves its children's edges, as a settle would. Only the leases that ran out
+-- within `window` of now() (NULL: all of them; brooq/postgres/upkeep.py, ReapWindow).
 WITH RECURSIVE reaped AS (
 UPDATE job
 SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_expirations)s
@@ -1059,6 +1060,7 @@ SET state = CASE WHEN %(max_expirations)s > 0 AND expiry_streak + 1 >= %(max_exp
 FROM unnest(ARRAY(
     SELECT id FROM job
     WHERE state = 'processing' AND locked_until < now()
+      AND locked_until >= COALESCE(now() - %(window)s::interval, '-infinity'::timestamptz)
     ORDER BY locked_until
     LIMIT %(batch)s
     FOR NO KEY UPDATE SKIP LOCKED

@@ -36,7 +36,7 @@ from brooq.postgres.rows import (
     ticket_arrays,
 )
 from brooq.postgres.sql import sql
-from brooq.postgres.upkeep import PostgresUpkeep, retrying
+from brooq.postgres.upkeep import PostgresUpkeep, ReapWindow, retrying
 from brooq.postgres.workflows import PostgresWorkflows
 from brooq.vocabulary import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -94,6 +94,7 @@ class PostgresStore(PostgresUpkeep, PostgresWorkflows, PostgresPauses):
         self._secrets = passwords_of(source)
         self._turn = False
         self._walks: dict[str, KeyWalk] = {}
+        self.reap_window = ReapWindow()
         """Per keyed, rate-limited topic: where its next claim's walk over keys starts."""
         # A store on a caller's connection claims inside the caller's transaction, which
         # may roll back after the floors moved on: it claims from each topic's start.

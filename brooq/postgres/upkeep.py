@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,6 +20,46 @@ from brooq.postgres.sql import sql
 from brooq.vocabulary import Schedule
 
 DEADLOCK_RETRIES = 5
+
+REAP_FULL_S = 60.0
+"""How often the reaper reads every expired lease, not only the recent ones (ReapWindow)."""
+REAP_SLACK = timedelta(seconds=5)
+"""How far before the previous run a windowed run starts reading."""
+
+
+class ReapWindow:
+    """Which leases a reaper run reads: those that ran out since shortly before its
+    previous run, and all of them every REAP_FULL_S (and at the first run, and after a
+    run cut short by its batch). A lease that ran out before the previous run was
+    requeued by it, unless another session held its row then: the next full run takes it.
+
+    Why not always all: job_processing_idx keeps an entry for every processing version,
+    and while a session holds a snapshot open the entries of every job settled since
+    stay, their `locked_until` in the past: a run reading from the start of the index
+    walks all of them (docs/architecture.md, "Claims from floors")."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._last: float | None = None
+        self._full = 0.0
+
+    def window(self) -> tuple[float, timedelta | None]:
+        """The run's start (by ``clock``) and how far back from the database's now() it
+        reads (None: every expired lease)."""
+        now = self._clock()
+        if self._last is None or now - self._full >= REAP_FULL_S:
+            return now, None
+        return now, timedelta(seconds=now - self._last) + REAP_SLACK
+
+    def ran(self, started: float, window: timedelta | None, cut: bool) -> None:
+        """Record a run: started at ``started``, reading ``window``; ``cut`` if its batch
+        came back full (the next run reads everything: it may have left some behind)."""
+        if cut:
+            self._last = None
+            return
+        self._last = started
+        if window is None:
+            self._full = started
 
 
 def retrying(
@@ -59,11 +100,15 @@ class PostgresUpkeep:
     """The maintenance half of PostgresStore (it holds the ``connector``)."""
 
     connector: Connector
+    reap_window: ReapWindow
 
     def requeue_expired(self, max_expirations: int = 0, batch: int = 1000) -> Requeued:
-        """The reaper's one statement: at most ``batch`` expired leases, attempts untouched."""
-        params = {"max_expirations": max_expirations, "batch": batch}
+        """The reaper's one statement: at most ``batch`` expired leases, attempts untouched
+        (of those expired recently, and of all of them every REAP_FULL_S: ReapWindow)."""
+        started, window = self.reap_window.window()
+        params = {"max_expirations": max_expirations, "batch": batch, "window": window}
         rows = retrying(self.connector, sql("requeue_expired"), params)
+        self.reap_window.ran(started, window, len(rows) >= batch)
         return Requeued(
             topic_counts(t for t, s in rows if s == "pending"),
             topic_counts(t for t, s in rows if s == "dead"),

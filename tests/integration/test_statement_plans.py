@@ -99,7 +99,7 @@ OPERATOR_SCANS = {
 TYPES = {
     "id": "uuid", "holder": "text", "attempt": "int", "state": "text", "refund": "int",
     "retry_in": "interval", "error": "text", "traceback": "text", "reason": "text",
-    "result": "text",
+    "result": "text", "window": "interval",
     "ids": "uuid[]", "holders": "text[]", "attempts": "int[]", "lease": "interval",
     "outcomes": "text", "app_version": "text", "limit": "int", "topic": "text",
     "topics": "text[]", "max_running": "int", "seen": "text[]", "everywhere": "bool",
@@ -182,7 +182,7 @@ def _params(conn: psycopg.Connection[Any], name: str) -> dict[str, Any]:
         "attempts": [1] * 3, "known": ids[:1], "max_expirations": 5, "batch": 1000,
         "ttl": timedelta(days=3), "grace": timedelta(minutes=10), "reason": None,
         "key_prefix": "key-1%",
-        "since": timedelta(hours=1),
+        "since": timedelta(hours=1), "window": timedelta(seconds=20),
         "after_at": None, "after_id": None, "until": None, "most": 4,
         "keys": ["key-2", "key-4"], "jobs": json.dumps(jobs), "notify": False,
         "available_at": None, "payload": "{}", "key": "key-2", "priority": 0,
