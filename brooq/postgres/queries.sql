@@ -54,10 +54,15 @@ max_attempts int, attempt_timeout interval, max_execution_timeout interval,
 state = 'processing' AND locked_by = %(holder)s AND attempts = %(attempt)s
 
 -- fragment: held_by_tickets
--- The fence for many attempts at once, given as three arrays.
+-- The fence for many attempts at once, given as three arrays. Its state test is written
+-- `(…) IS TRUE` so that no plan can read the rows through job_processing_idx (partial on
+-- that state) instead of by id: the statistics say few rows are processing, but while a
+-- session holds a snapshot open that index keeps an entry for every job settled since,
+-- and a statement reading it would walk them all (docs/architecture.md, "Claims from
+-- floors"). settle_many's fence is written the same way.
 FROM unnest(%(ids)s::uuid[], %(holders)s::text[], %(attempts)s::int[])
      AS held(id, holder, attempt)
-WHERE job.id = held.id AND job.state = 'processing'
+WHERE job.id = held.id AND (job.state = 'processing') IS TRUE
   AND job.locked_by = held.holder AND job.attempts = held.attempt
 
 -- fragment: notify_ended
@@ -977,7 +982,7 @@ WITH RECURSIVE settled AS (
     FROM jsonb_to_recordset(%(outcomes)s::jsonb)
          AS o(id uuid, holder text, attempt int, state text, refund int, retry_s float8,
               error text, traceback text, result text)
-    WHERE job.id = o.id AND job.state = 'processing'
+    WHERE job.id = o.id AND (job.state = 'processing') IS TRUE  -- by id: held_by_tickets
       AND job.locked_by = o.holder AND job.attempts = o.attempt
     RETURNING job.id, job.topic, job.state
 ), notified AS (

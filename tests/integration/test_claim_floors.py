@@ -9,6 +9,7 @@ was passed (after a sweep), and a level that appeared since.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,3 +141,33 @@ def test_under_a_held_snapshot_a_claim_does_not_walk_what_was_claimed_before(
         assert from_start > 50, f"the snapshot kept nothing in the claim's way: {from_start}"
         assert from_floors * 10 < from_start, f"from floors {from_floors}, from start {from_start}"
         assert len(_claim_ids(store, 100)) == 100, "and the floors still hold the 100 left"
+
+
+@pytest.mark.parametrize("name", ["settle_many", "heartbeat", "release"])
+def test_writes_about_held_jobs_read_them_by_id_when_few_are_running(
+    pg: psycopg.Connection[Any], store: PostgresStore, name: str
+) -> None:
+    """With few rows processing (as the statistics of any queue say), a plan could read
+    every processing row through job_processing_idx and hash them against the tickets:
+    cheap on a quiet database, but under a held snapshot that index keeps an entry for
+    every job settled since. The fenced writes join by the primary key instead."""
+    store.enqueue_many([Job("work", {"n": n}) for n in range(2_000)])
+    held = store.claim_many("w1", ["work"], LEASE, 3)
+    pg.execute("ANALYZE job")
+    ids = [c.id for c in held]
+    outcomes = [
+        {"id": i, "holder": "w1", "attempt": 1, "state": "done", "refund": 0, "retry_s": 0,
+         "error": None, "traceback": None, "result": None}
+        for i in ids
+    ]  # fmt: skip
+    params = {
+        "ids": ids, "holders": ["w1"] * 3, "attempts": [1] * 3, "lease": LEASE,
+        "outcomes": json.dumps(outcomes), "notify": False,
+    }  # fmt: skip
+    with pg.transaction(force_rollback=True):
+        row = pg.execute(f"EXPLAIN (FORMAT JSON) {sql(name)}", params).fetchone()
+    assert row is not None
+    layout = Layout(pg)
+    plan = row[0][0]["Plan"]
+    assert layout.index_scans(plan, "job_pkey"), f"{name} does not join by id"
+    assert not layout.index_scans(plan, "job_processing_idx"), f"{name} reads every held row"
