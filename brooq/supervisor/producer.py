@@ -216,8 +216,12 @@ class Producer:
             return out
 
         lease_end = now + self.lease.total_seconds()
+        asked_at = time.monotonic()
 
         def done(claimed: list[Claimed] | None, error: BaseException | None) -> None:
+            # The jobs wait in the buffer from when they arrive: a slow claim (a database
+            # under load) must not make them stale on arrival, to be released unrun.
+            arrived = now + (time.monotonic() - asked_at)
             state.asked = 0
             state.round_trip += (time.monotonic() - now - state.round_trip) / 4
             if error is not None or claimed is None:
@@ -230,8 +234,8 @@ class Producer:
                 token = claimed.next_token_in() if isinstance(claimed, ClaimedBatch) else None
                 state.next_poll = now + (self.poll_s if token is None else min(self.poll_s, token))
             self.on_claimed(claimed, lease_end)
-            state.buffer.extend(Buffered(c, now) for c in claimed)
-            state.oldest = min(state.oldest, now)
+            state.buffer.extend(Buffered(c, arrived) for c in claimed)
+            state.oldest = min(state.oldest, arrived)
 
         self.db.submit(f"claim:{','.join(state.topics)}", claim, done)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -202,6 +203,23 @@ def test_buffer_order_put_back_drop_stale_and_drain() -> None:
     assert [c.id for c in p.stale(1.5)] == [ids[2]]  # waited since 0.0, more than 1 s
     assert [c.id for c in p.drain()] == [ids[0]]
     assert list(p.buffered()) == []
+
+
+def test_jobs_wait_in_the_buffer_from_when_their_claim_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim slower than max_wait (a database under load) must not make its jobs stale
+    on arrival, to be released before any worker could take them."""
+    store, db = InMemoryStore(), InlineDatabase()
+    ids = enqueue(store, 2)
+    p = producer(store, db)
+    clock = [time.monotonic()]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    p.run_once(0.0, {GROUP: 2}, {GROUP: 2})
+    clock[0] += 2.0  # the claim takes 2 s: max_wait is 1 s
+    db.finish()
+    assert p.stale(2.5) == []
+    assert [c.id for c in p.stale(3.5)] == ids
 
 
 def test_claims_are_reported_once_with_their_jobs() -> None:
