@@ -18,14 +18,16 @@ How a ready row can be behind a floor, and how it is found again:
   A row made ready by a retry, a release, the reaper or a workflow is never behind: its
   ``available_at`` is at least the time it was made ready, after every floor's;
 - **passed over by SKIP LOCKED** (locked by another claimer, or by a cancel, that then let
-  it go): every ``SWEEP_S`` the floors go back to the lowest they were since the previous
-  sweep, so such a row waits at most about two sweeps;
+  it go): every ``SWEEP_S`` the floors go back to where they were at the previous sweep,
+  so such a row waits at most about two sweeps; every ``FULL_SWEEP_S`` they go back to
+  the start of each level, for a row that stayed locked across two sweeps;
 - **a level the claimer has not seen**: its rows are fresh, or were there when the
   claimer began (``claim_levels`` reads the levels once, with the snapshot fresh rows are
   counted from).
 
 So a claim walks the entries of the rows claimed since its own previous claim, and a
-sweep those of one sweep interval: never the history of a held snapshot.
+sweep those of one sweep interval; only the full sweep, once a minute, walks the history
+of a held snapshot.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ from brooq.postgres.rows import Row
 from brooq.postgres.sql import sql
 
 SWEEP_S = 5.0
-"""How often a topic's floors go back to the lowest they were since the previous sweep."""
+"""How often a topic's floors go back to where they were at the previous sweep."""
+FULL_SWEEP_S = 60.0
+"""How often a sweep goes back to the start of every level instead (a row held locked by
+another session across two sweeps)."""
 
 START = (datetime.min.replace(tzinfo=UTC), "00000000-0000-0000-0000-000000000000")
 """The floor of a level read from its start (every ready row is after it)."""
@@ -63,7 +68,8 @@ class TopicFloors:
     floors: dict[int, Place]
     """Per priority level: the place after which this claimer has not claimed."""
     low: dict[int, Place] = field(default_factory=dict)
-    """The lowest floors since the previous sweep: where the next sweep goes back to."""
+    """Where the next sweep goes back to: the floors at the previous sweep, or lower
+    (a fresh row found since)."""
 
     def __post_init__(self) -> None:
         self.low = dict(self.floors)
@@ -86,12 +92,19 @@ class TopicFloors:
         if floor >= used and place > floor:
             self.floors[level] = place
 
-    def sweep(self) -> None:
-        """Go back to the lowest floors since the previous sweep."""
-        self.floors = {
-            level: min(place, self.low.get(level, place)) for level, place in self.floors.items()
-        }
-        self.low = dict(self.floors)
+    def sweep(self, full: bool = False) -> None:
+        """Go back to where the floors were at the previous sweep (to the start of every
+        level when ``full``), so the next claim reads the last interval again; the next
+        sweep goes back to where they are now."""
+        frontier = dict(self.floors)
+        if full:
+            self.floors = dict.fromkeys(self.floors, START)
+        else:
+            self.floors = {
+                level: min(place, self.low.get(level, place))
+                for level, place in self.floors.items()
+            }
+        self.low = frontier
 
 
 class Floors:
@@ -105,7 +118,7 @@ class Floors:
         self._topics: dict[str, TopicFloors] = {}
         self._lock = threading.Lock()
         self._clock = clock
-        self._swept = clock()
+        self._swept = self._swept_all = clock()
 
     def unknown(self, topics: list[str]) -> list[str]:
         """The ``topics`` whose levels have not been read yet (begin)."""
@@ -126,13 +139,16 @@ class Floors:
         arrays: dict[str, Any] = {name: [] for name in names}
         with self._lock:
             sweep = now - self._swept >= SWEEP_S
+            full = sweep and now - self._swept_all >= FULL_SWEEP_S
             if sweep:
                 self._swept = now
+            if full:
+                self._swept_all = now
             arrays["everywhere"] = sweep
             for topic in topics:
                 state = self._topics[topic]
                 if sweep:
-                    state.sweep()
+                    state.sweep(full)
                 arrays["topics"].append(topic)
                 arrays["seen"].append(state.seen_everywhere if sweep else state.seen)
                 for level in sorted(state.floors, reverse=True):

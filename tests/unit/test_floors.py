@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from brooq.postgres.floors import START, SWEEP_S, Floors, TopicFloors
+from brooq.postgres.floors import FULL_SWEEP_S, START, SWEEP_S, Floors, TopicFloors
 
 T0 = datetime(2026, 12, 5, 12, 0, tzinfo=UTC)
 NIL = START[1]
@@ -39,24 +39,32 @@ def test_a_claim_that_read_from_above_a_fresh_row_does_not_move_the_floor_past_i
     assert state.floors[0] == (at(2), NIL), "the row at 2 must still be read"
 
 
-def test_lower_only_moves_back_and_remembers_the_lowest() -> None:
+def test_lower_only_moves_back_and_the_next_sweep_goes_back_to_it() -> None:
     state = TopicFloors("s", "s", {0: place(10)})
     assert not state.lower(0, place(11))
     assert state.lower(0, place(4))
     state.advance(0, place(20), place(4))
     assert state.floors[0] == place(20)
     state.sweep()
-    assert state.floors[0] == place(4), "a sweep goes back to the lowest floor since the last"
-    state.sweep()
-    assert state.floors[0] == place(4), "and then starts a new interval from there"
+    assert state.floors[0] == place(4), "a fresh row behind the previous sweep's floor"
 
 
-def test_a_sweep_goes_back_to_where_the_interval_began() -> None:
+def test_a_sweep_reads_the_last_interval_again_and_a_full_one_everything() -> None:
     state = TopicFloors("s", "s", {0: place(1), 5: START})
     state.advance(0, place(9), place(1))
     state.advance(5, place(3), START)
     state.sweep()
-    assert state.floors == {0: place(1), 5: START}
+    assert state.floors == {0: place(1), 5: START}, "back to where the interval began"
+    state.advance(0, place(20), place(1))
+    state.advance(5, place(30), START)
+    state.sweep()
+    assert state.floors == {0: place(9), 5: place(3)}, "only the last interval: not again"
+    state.advance(0, place(40), place(9))
+    state.sweep(full=True)
+    assert state.floors == {0: START, 5: START}
+    state.advance(0, place(50), START)
+    state.sweep()
+    assert state.floors[0] == place(40), "after a full sweep, the interval before it"
 
 
 def test_a_new_level_found_fresh_is_added() -> None:
@@ -79,6 +87,20 @@ def test_look_lists_levels_highest_first_and_sweeps_every_interval() -> None:
     clock[0] += SWEEP_S
     assert floors.look(["a"])["everywhere"] is True
     assert floors.look(["a"])["everywhere"] is False, "once an interval"
+
+
+def test_a_full_sweep_comes_every_full_interval() -> None:
+    clock = [0.0]
+    floors = Floors(lambda: clock[0])
+    floors.begin("a", "1:1:", [0])
+    floors.claimed(floors.look(["a"]), [], [("a", 0, at(5), "j5")])
+    for _ in range(int(FULL_SWEEP_S / SWEEP_S) - 1):
+        clock[0] += SWEEP_S
+        used = floors.look(["a"])
+        floors.claimed(used, [], [("a", 0, at(5 + int(clock[0])), f"j{clock[0]}")])
+        assert used["ats"] != [START[0]] or clock[0] == SWEEP_S, "the first sweep: from START"
+    clock[0] += SWEEP_S
+    assert floors.look(["a"])["ats"] == [START[0]], "back to the start of the level"
 
 
 def test_claimed_records_the_snapshot_lowers_then_advances() -> None:
