@@ -241,13 +241,24 @@ def test_plan_on_a_million_rows(conn: psycopg.Connection[Any], name: str) -> Non
 
 def _sorts_of_the_table(layout: Layout, plan: dict[str, Any]) -> list[dict[str, Any]]:
     """Sorts over job rows no Limit cuts, but for those of claim_floors' look: it reads
-    only the rows made ready since the previous look (a range of job_ready_xid_idx), and
-    groups them by priority level, as a hash or a sort of those few."""
+    only the rows made ready since the previous look (a range of job_ready_xid_idx, alone
+    or ANDed with the id bound on job_pkey), and groups them by priority level, as a hash
+    or a sort of those few."""
 
     def look_only(sort: dict[str, Any]) -> bool:
-        read = [n for n, _ in nodes(sort) if n.get("Relation Name") in layout.filled]
-        indexes = {layout.index_of.get(n.get("Index Name", "")) for n in read}
-        return indexes <= {"job_ready_xid_idx"}
+        # By index or by bitmap (the index is then named on the Bitmap Index Scan below).
+        under = [n for n, _ in nodes(sort)]
+        indexes = {
+            layout.index_of[n["Index Name"]]
+            for n in under
+            if n.get("Index Name") in layout.index_of
+        }
+        # A custom plan may AND the look's range with the id bound's (job_pkey) bitmap.
+        return (
+            "job_ready_xid_idx" in indexes
+            and indexes <= {"job_ready_xid_idx", "job_pkey"}
+            and not layout.full_scans(sort)
+        )
 
     return [s for s in layout.unbounded_sorts(plan) if not look_only(s)]
 
