@@ -47,12 +47,13 @@ class Layout:
         ]
 
     def unbounded_sorts(self, plan: dict[str, Any]) -> list[dict[str, Any]]:
-        """Sorts over job rows that no Limit below them cuts (a Sort of heads is fine)."""
+        """Sorts over job rows that no Limit below them cuts (a Sort of heads is fine, and
+        so is one over empty partitions only: it sorts nothing)."""
         out = []
         for node, _ in nodes(plan):
             if node["Node Type"] in ("Sort", "Incremental Sort"):
                 for inner, bounded in nodes(node):
-                    if inner.get("Relation Name") in self.partitions and not bounded:
+                    if inner.get("Relation Name") in self.filled | {"job"} and not bounded:
                         out.append(node)
         return out
 

@@ -29,6 +29,7 @@ from tests.integration.plans import Layout, explain, nodes
 pytestmark = pytest.mark.db
 
 ROWS = 1_000_000
+FRESH = 3_000  # rows of the last five minutes, for the look of claim_floors
 DAYS = 10
 TOPICS = ["email.send", "report.daily", "image.resize"]
 
@@ -111,7 +112,11 @@ TYPES = {
 @pytest.fixture(scope="module")
 def million(admin: psycopg.Connection[Any], server_url: str, template_db: str) -> Iterator[str]:
     """A migrated database of its own: 1,000,000 rows over daily partitions of the past 10
-    days (95% terminal, 3% pending, 1% failed, 1% processing; half keyed), analyzed."""
+    days (95% terminal, 3% pending, 1% failed, 1% processing; half keyed), analyzed.
+
+    The rows end at today's midnight (UTC), not now: today's partition stays empty whatever
+    the hour. Ending at now left it a few hundred rows just after midnight, which the
+    planner rightly reads whole, and the plans depended on the time of day."""
     from tests.conftest import _with_db
 
     name = f"{template_db}_plans"
@@ -140,7 +145,8 @@ def million(admin: psycopg.Connection[Any], server_url: str, template_db: str) -
             "       CASE WHEN i %% 100 = 99 THEN now() + interval '1 minute' END, "
             "       CASE WHEN i %% 2 = 0 THEN 'key-' || i END, t, t "
             "FROM generate_series(1, %(rows)s) AS i, "
-            "     LATERAL (SELECT now() - make_interval(secs => i * %(seconds)s)) AS at(t)",
+            "     LATERAL (SELECT date_trunc('day', now(), 'UTC') "
+            "                     - make_interval(secs => i * %(seconds)s)) AS at(t)",
             {"topics": TOPICS, "rows": ROWS, "seconds": seconds},
         )
         pg.execute(
@@ -330,8 +336,18 @@ def test_generic_floors_plan_looks_for_fresh_rows_by_transaction_in_the_newest_p
     range of transaction ids, not the claim index, whose entries of claimed rows a held
     snapshot keeps), and only in the partitions of the last minutes' ids: the older ones
     are pruned as the plan starts (a sweep's look reads them all)."""
-    plan = _generic_plan(conn, "claim_floors", analyze=True)
-    layout = Layout(conn)
+    with conn.transaction(force_rollback=True):
+        conn.execute(  # what came in the last minutes, where the look reads
+            "INSERT INTO job (id, topic, payload, state, available_at, created_at, updated_at) "
+            "SELECT encode(substring(int8send((extract(epoch FROM t) * 1000)::bigint) FROM 3) "
+            "              || substring(uuid_send(gen_random_uuid()) FROM 7), 'hex')::uuid, "
+            "       (%(topics)s::text[])[1 + i %% 3], '{}', 'pending', t, t, t "
+            "FROM generate_series(1, %(fresh)s) AS i, "
+            "     LATERAL (SELECT now() - make_interval(secs => i * 0.1)) AS at(t)",
+            {"topics": TOPICS, "fresh": FRESH},
+        )
+        plan = _generic_plan(conn, "claim_floors", analyze=True)
+        layout = Layout(conn)
     looked = {n["Relation Name"] for n in layout.index_scans(plan, "job_ready_xid_idx")}
     assert looked, "the look does not read job_ready_xid_idx"
     ran = {
