@@ -320,6 +320,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="the held-snapshot run's phases and sampling interval in seconds "
         "(default 60,300,120,10; with --quick 0.2,0.4,0.2,0.1)",
     )
+    p.add_argument(
+        "--snapshot-cells",
+        default="",
+        metavar="PRESSURE.LOAD,...",
+        help="the held-snapshot cells to run, e.g. rr.max (default: every one of "
+        f"{', '.join(snapshot.CELLS)}); a half cell runs its max cell first, for its rate",
+    )
     args = p.parse_args(argv)
     try:
         args.snapshot_phases = tuple(float(x) for x in args.snapshot_phases.split(",") if x)
@@ -327,6 +334,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         p.error(f"--snapshot-phases takes numbers (got {args.snapshot_phases!r})")
     if len(args.snapshot_phases) > 4 or any(x <= 0 for x in args.snapshot_phases):
         p.error("--snapshot-phases: up to four positive numbers of seconds")
+    args.snapshot_cells = tuple(c.strip() for c in args.snapshot_cells.split(",") if c.strip())
+    strange = [c for c in args.snapshot_cells if c not in snapshot.CELLS]
+    if strange:
+        p.error(
+            f"--snapshot-cells: no cell {', '.join(strange)}; "
+            f"choose from {', '.join(snapshot.CELLS)}"
+        )
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
     if not 0 < args.cpu_ms <= 1000:
@@ -369,6 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cpu_ms=args.cpu_ms,
         results_dir=args.results_dir,
         snapshot_phases=args.snapshot_phases,
+        snapshot_cells=args.snapshot_cells,
     )
     meta: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),

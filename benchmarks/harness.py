@@ -639,6 +639,8 @@ class Context:
     """Where the results JSON goes (``--results-dir``); figures drawn as PNGs go beside it."""
     snapshot_phases: tuple[float, ...] = ()
     """``--snapshot-phases``: the held-snapshot run's clean, held, recovery [, interval] s."""
+    snapshot_cells: tuple[str, ...] = ()
+    """``--snapshot-cells``: the held-snapshot cells to run (``rr.max``, …); all when empty."""
 
     def wants(self, name: str) -> bool:
         """True when benchmark ``name`` was selected."""

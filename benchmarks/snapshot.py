@@ -42,6 +42,8 @@ PRESSURES: dict[str, tuple[str, ...]] = {
     "idle_xid": ("SELECT txid_current()",),
 }
 LOADS = ("max", "half")
+CELLS = tuple(f"{pressure}.{load}" for pressure in PRESSURES for load in LOADS)
+"""What ``--snapshot-cells`` names: a pressure and a load."""
 RECORD = "{:17.6f} {:9d}\n"
 """A handler's line: its start (wall clock) and the job's enqueue batch. Fixed width, so
 that the bytes of a worker's file count the jobs it started without reading it."""
@@ -309,14 +311,18 @@ def run_round(ctx: Context, round_no: int) -> None:
     if round_no > 0:
         return
     sizes = sizes_for(ctx)
-    pressures = list(PRESSURES)
+    cells = set(ctx.snapshot_cells or CELLS)
+    pressures = [p for p in PRESSURES if cells & {f"{p}.{load}" for load in LOADS}]
     drawn: list[Run] = []
     for pressure in pressures:
 
         def both(pressure: str = pressure) -> None:
+            # The half cell offers half of the max cell's clean rate: max always runs first.
             at_max = run_one(ctx, sizes, pressure, "max", None)
             record(ctx, round_no, at_max)
             drawn.append(at_max)
+            if f"{pressure}.half" not in cells:
+                return
             half = run_one(ctx, sizes, pressure, "half", at_max.clean_rate() / 2)
             record(ctx, round_no, half)
             drawn.append(half)
