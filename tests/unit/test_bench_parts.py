@@ -142,6 +142,18 @@ def test_cpu_ms_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--cpu-ms must be more than 0" in capsys.readouterr().err
 
 
+def test_snapshot_cells_are_named_pressure_dot_load(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args([]).snapshot_cells == ()
+    assert parse_args(["--snapshot-cells", "rr.max, idle_xid.half"]).snapshot_cells == (
+        "rr.max",
+        "idle_xid.half",
+    )
+    with pytest.raises(SystemExit) as exited:
+        parse_args(["--snapshot-cells", "rr.fast"])
+    assert exited.value.code == 2
+    assert "no cell rr.fast; choose from rr.max, rr.half" in capsys.readouterr().err
+
+
 def test_the_spin_spends_its_own_thread_cpu() -> None:
     started = time.thread_time()
     spin(5)
