@@ -321,6 +321,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(default 60,300,120,10; with --quick 0.2,0.4,0.2,0.1)",
     )
     p.add_argument(
+        "--snapshot-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the held-snapshot run's workers (default 4)",
+    )
+    p.add_argument(
         "--snapshot-cells",
         default="",
         metavar="PRESSURE.LOAD,...",
@@ -341,6 +348,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             f"--snapshot-cells: no cell {', '.join(strange)}; "
             f"choose from {', '.join(snapshot.CELLS)}"
         )
+    if args.snapshot_workers < 0:  # 0: the default
+        p.error(f"--snapshot-workers must be at least 1 (got {args.snapshot_workers})")
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
     if not 0 < args.cpu_ms <= 1000:
@@ -384,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results_dir=args.results_dir,
         snapshot_phases=args.snapshot_phases,
         snapshot_cells=args.snapshot_cells,
+        snapshot_workers=args.snapshot_workers,
     )
     meta: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),

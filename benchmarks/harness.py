@@ -641,6 +641,8 @@ class Context:
     """``--snapshot-phases``: the held-snapshot run's clean, held, recovery [, interval] s."""
     snapshot_cells: tuple[str, ...] = ()
     """``--snapshot-cells``: the held-snapshot cells to run (``rr.max``, …); all when empty."""
+    snapshot_workers: int = 0
+    """``--snapshot-workers``: the held-snapshot run's workers; its default when 0."""
 
     def wants(self, name: str) -> bool:
         """True when benchmark ``name`` was selected."""

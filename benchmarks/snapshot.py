@@ -91,7 +91,8 @@ QUICK_SIZES = SnapshotSizes(
 
 
 def sizes_for(ctx: Context) -> SnapshotSizes:
-    """QUICK or FULL, with ``--snapshot-phases CLEAN,HELD,RECOVERY[,INTERVAL]`` applied."""
+    """QUICK or FULL, with ``--snapshot-phases CLEAN,HELD,RECOVERY[,INTERVAL]`` and
+    ``--snapshot-workers`` applied."""
     sizes = QUICK_SIZES if ctx.sizes == QUICK else FULL_SIZES
     given = dict(zip(("clean", "held", "recovery", "interval"), ctx.snapshot_phases, strict=False))
     return replace(
@@ -100,6 +101,7 @@ def sizes_for(ctx: Context) -> SnapshotSizes:
         held_s=given.get("held", sizes.held_s),
         recovery_s=given.get("recovery", sizes.recovery_s),
         interval_s=given.get("interval", sizes.interval_s),
+        workers=ctx.snapshot_workers or sizes.workers,
     )
 
 

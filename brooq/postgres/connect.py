@@ -157,6 +157,8 @@ def connect(
     PgBouncer) turns off psycopg's server-side prepared statements, which a
     transaction-pooling PgBouncer cannot keep. ``generic_plans``: prepared statements run on
     generic plans (a claim's custom plan over every partition cost ~3x running it: ADR 001).
+    JIT compilation is off (``jit=off``) on every connection brooq opens, but through
+    PgBouncer, where ``ALTER ROLE … SET jit = off`` does it.
     """
     check_conninfo(conninfo)
     params = {**resilient(conninfo), **kwargs}
@@ -166,6 +168,10 @@ def connect(
     }
     given = [f"-c {name}={_ms(t)}" for name, t in named.items() if t is not None]
     given += ["-c plan_cache_mode=force_generic_plan"] if generic_plans and prepare else []
+    # brooq's statements are index probes of a few rows; on a table of millions their
+    # estimated costs pass jit_above_cost, and compiling then took 100 ms a claim
+    # (docs/operations.md, "JIT").
+    given += ["-c jit=off"]
     if PROFILE.pgbouncer:
         prepare = False
     elif given:
