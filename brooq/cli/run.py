@@ -87,18 +87,27 @@ def cmd_work(args: argparse.Namespace, settings: Settings) -> int:
 
 def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None:
     """Refuse to start on a database whose migrations are not this brooq's, as a role that
-    may not write brooq's tables, or with more workers than the database can connect.
+    may not write brooq's tables, or with more workers than the database can connect; warn
+    (JitOn) when its statements would be JIT-compiled (through PgBouncer).
 
     A database that does not answer yet is no reason to refuse: the workers
     wait for it. Each worker opens a connection only for jobs with effects,
     but all of them may, so ``workers`` + the supervisor's ``own`` must fit.
     """
-    from brooq.postgres.preflight import check_privileges, check_schema, connection_room
+    from brooq.logs import jit_on
+    from brooq.postgres.preflight import (
+        check_privileges,
+        check_schema,
+        connection_room,
+        jit_left_on,
+    )
 
     try:
         check_schema(dsn)
         check_privileges(dsn)
         room = connection_room(dsn) if workers else None
+        if jit_left_on(dsn):
+            jit_on()
     except StoreUnavailable:
         return
     if room is not None and workers + own > room.free:

@@ -81,6 +81,19 @@ def check_privileges(dsn: str) -> None:
         )
 
 
+def jit_left_on(dsn: str) -> bool:
+    """True when brooq's own connections to ``dsn`` still JIT-compile their statements:
+    through PgBouncer, which refuses the startup option (``jit=off``) that turns it off
+    everywhere else, unless the role or the database has ``jit = off``."""
+    connector = Connector(dsn)
+    try:
+        with connector.connection() as conn:
+            row = conn.execute(sql("jit_on")).fetchone()
+    finally:
+        connector.close()
+    return bool(row and row[0])
+
+
 def connection_room(dsn: str) -> ConnectionRoom:
     """How many connections the server allows and has in use now."""
     connector = Connector(dsn)

@@ -1500,6 +1500,12 @@ SELECT holder, host, pid, app, topics,
 FROM brooq_supervisor
 ORDER BY alive DESC, host, pid
 
+-- name: jit_on
+-- Whether this session would JIT-compile its plans: a connection brooq opens turns it off
+-- with a startup option, but through PgBouncer (which refuses those); ALTER ROLE … SET jit
+-- = off does it there.
+SELECT current_setting('jit') = 'on' AS jit_on
+
 -- name: connection_room
 -- How many more client connections the server would accept now: max_connections
 -- less the reserved slots and the client backends already connected.

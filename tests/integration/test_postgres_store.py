@@ -984,7 +984,6 @@ def test_no_connection_brooq_opens_compiles_its_statements(
     from brooq.config.sources import load_settings
     from brooq.supervisor.services import open_stores
 
-    assert _one(pg, "SHOW jit") == "on"  # the server's default: the test's own session
     writes, claims = open_stores(load_settings(environ={}, env_file=None), dsn)
     try:
         for store in (writes, claims):

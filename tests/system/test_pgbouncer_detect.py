@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
 
 import brooq
 from brooq.postgres.connect import PROFILE, Connector, use_pgbouncer
@@ -83,7 +84,27 @@ def test_supervise_detects_the_bouncer_says_so_once_and_drains(
     assert len(detected) == 1, sup.log_tail()
     assert "QUEUE_PGBOUNCER" in detected[0]["msg"]
     assert not sup.events("DatabaseUnavailable")
+    # The bouncer refused jit=off with the other startup options, and the role has it on.
+    (jit,) = sup.events("JitOn")
+    assert "ALTER ROLE <role> SET jit = off" in jit["note"]
     assert sup.stop() == 0
+
+
+def test_jit_is_found_on_through_the_bouncer_until_the_role_or_database_turns_it_off(
+    pg: psycopg.Connection[Any], bouncer: PgBouncer, dsn: str, profile_restored: None
+) -> None:
+    from brooq.postgres.preflight import jit_left_on
+
+    use_pgbouncer(False)
+    assert not jit_left_on(dsn)  # direct: the startup option turns it off
+    use_pgbouncer(True)
+    assert jit_left_on(bouncer.url(dsn))
+    database = pg.execute("SELECT current_database()").fetchone()
+    assert database is not None
+    pg.execute(pgsql.SQL("ALTER DATABASE {} SET jit = off").format(pgsql.Identifier(database[0])))
+    with bouncer.admin() as console:  # new server connections, which read the setting
+        console.execute(f"RECONNECT {database[0]}")
+    assert not jit_left_on(bouncer.url(dsn))
 
 
 def test_cli_commands_detect_the_bouncer_and_work(
