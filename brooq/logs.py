@@ -382,18 +382,6 @@ class LoggingListener:
         event(job_log, name, level, **fields)
 
 
-def jit_on() -> None:
-    """Say once, at start, that brooq's statements will be JIT-compiled, and what to do."""
-    event(
-        logging.getLogger("brooq.supervisor"),
-        "JitOn",
-        logging.WARNING,
-        note="JIT is on for this database role, through PgBouncer (it refuses the startup "
-        "option that turns it off): on a large job table PostgreSQL then compiles claims "
-        "and settles at each run (~100 ms each); run ALTER ROLE <role> SET jit = off",
-    )
-
-
 def listen_off(poll_interval: timedelta) -> None:
     """Say once, at start, that nothing LISTENs and what that costs."""
     event(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -94,7 +95,6 @@ def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None
     wait for it. Each worker opens a connection only for jobs with effects,
     but all of them may, so ``workers`` + the supervisor's ``own`` must fit.
     """
-    from brooq.logs import jit_on
     from brooq.postgres.preflight import (
         check_privileges,
         check_schema,
@@ -107,7 +107,7 @@ def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None
         check_privileges(dsn)
         room = connection_room(dsn) if workers else None
         if jit_left_on(dsn):
-            jit_on()
+            _say_jit_on()
     except StoreUnavailable:
         return
     if room is not None and workers + own > room.free:
@@ -118,6 +118,20 @@ def preflight(dsn: str, workers: int, own: int = SUPERVISOR_CONNECTIONS) -> None
             f"{room.reserved} reserved, {room.in_use} in use): lower --workers to at most "
             f"{max(0, room.free - own)} or raise max_connections"
         )
+
+
+def _say_jit_on() -> None:
+    """Say once, at start, that brooq's statements will be JIT-compiled, and what to do."""
+    from brooq.logs import event
+
+    event(
+        logging.getLogger("brooq.supervisor"),
+        "JitOn",
+        logging.WARNING,
+        note="JIT is on for this database role, through PgBouncer (it refuses the startup "
+        "option that turns it off): on a large job table PostgreSQL then compiles claims "
+        "and settles at each run (~100 ms each); run ALTER ROLE <role> SET jit = off",
+    )
 
 
 def cmd_supervise(args: argparse.Namespace, settings: Settings) -> int:

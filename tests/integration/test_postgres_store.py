@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -975,9 +975,21 @@ def _assert_no_secret(exc: BaseException) -> None:
     assert str(exc).startswith("database unavailable")
 
 
-def test_no_connection_brooq_opens_compiles_its_statements(
-    pg: psycopg.Connection[Any], dsn: str
-) -> None:
+@pytest.fixture
+def direct() -> Iterator[None]:
+    """This process connects directly (a test through a bouncer may have left its profile
+    on PgBouncer's), as it was afterwards."""
+    from brooq.postgres.connect import PROFILE, use_pgbouncer
+
+    before = PROFILE.pgbouncer
+    use_pgbouncer(False)
+    try:
+        yield
+    finally:
+        use_pgbouncer(before)
+
+
+def test_no_connection_brooq_opens_compiles_its_statements(dsn: str, direct: None) -> None:
     """JIT is off on the supervisor's stores and on a Queue's own connection: once the
     job table holds a million rows, the estimated cost of a generic claim passes
     jit_above_cost, and compiling then took 100 ms a claim (5,000 jobs/s instead of 14,000)."""
