@@ -368,7 +368,15 @@ def test_an_app_that_fails_to_import_exits_2_with_one_clear_line(
 def test_weighted_workers_serve_their_topics(pg: psycopg.Connection[Any], supervise: Any) -> None:
     sup = supervise("--workers", "t.a=2,t.b=1", *FAST, app="sysapp_weighted:queue")
     pids = sup.wait_children(3)
-    started = {e["pid"]: e["topics"] for e in sup.events("WorkerStarted")}
+    # A child can be seen before its WorkerStarted line is read from the log.
+    started = wait_until(
+        lambda: (
+            (s := {e["pid"]: e["topics"] for e in sup.events("WorkerStarted")}).keys() >= set(pids)
+            and s
+        ),
+        10,
+        "WorkerStarted of every child",
+    )
     assert sorted(started[p] for p in pids) == ["t.a", "t.a", "t.b"]
     a_ids = insert_jobs(pg, "t.a", [{"sleep": 1.5}] * 3)
     b_ids = insert_jobs(pg, "t.b", [{"sleep": 1.5}] * 2)
