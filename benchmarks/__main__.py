@@ -323,7 +323,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--snapshot-workers",
         type=int,
-        default=0,
+        default=None,
         metavar="N",
         help="the held-snapshot run's workers (default 4)",
     )
@@ -348,7 +348,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             f"--snapshot-cells: no cell {', '.join(strange)}; "
             f"choose from {', '.join(snapshot.CELLS)}"
         )
-    if args.snapshot_workers < 0:  # 0: the default
+    if args.snapshot_workers is not None and args.snapshot_workers < 1:
         p.error(f"--snapshot-workers must be at least 1 (got {args.snapshot_workers})")
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -393,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results_dir=args.results_dir,
         snapshot_phases=args.snapshot_phases,
         snapshot_cells=args.snapshot_cells,
-        snapshot_workers=args.snapshot_workers,
+        snapshot_workers=args.snapshot_workers or 0,
     )
     meta: dict[str, Any] = {
         "started_at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -170,7 +170,7 @@ def connect(
     given += ["-c plan_cache_mode=force_generic_plan"] if generic_plans and prepare else []
     # brooq's statements are index probes of a few rows; on a table of millions their
     # estimated costs pass jit_above_cost, and compiling then took 100 ms a claim
-    # (docs/operations.md, "JIT").
+    # (docs/operations.md, "PgBouncer settings").
     given += ["-c jit=off"]
     if PROFILE.pgbouncer:
         prepare = False

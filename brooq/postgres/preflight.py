@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from brooq.postgres.behind import GRANTS_DOC
 from brooq.postgres.connect import Connector, Source
@@ -68,12 +69,7 @@ def check_privileges(dsn: str) -> None:
     What ``supervise`` and ``work`` check before they start; a command that
     only reads finds out at its first statement instead (the same error).
     """
-    connector = Connector(dsn)
-    try:
-        with connector.connection() as conn:
-            lacking = [str(r[0]) for r in conn.execute(sql("tables_without_dml"))]
-    finally:
-        connector.close()
+    lacking = [str(r[0]) for r in _rows(dsn, "tables_without_dml")]
     if lacking:
         raise PrivilegeMissing(
             f"the database role lacks SELECT, INSERT, UPDATE, DELETE on {', '.join(lacking)}: "
@@ -85,22 +81,20 @@ def jit_left_on(dsn: str) -> bool:
     """True when brooq's own connections to ``dsn`` still JIT-compile their statements:
     through PgBouncer, which refuses the startup option (``jit=off``) that turns it off
     everywhere else, unless the role or the database has ``jit = off``."""
-    connector = Connector(dsn)
-    try:
-        with connector.connection() as conn:
-            row = conn.execute(sql("jit_on")).fetchone()
-    finally:
-        connector.close()
-    return bool(row and row[0])
+    return any(row[0] for row in _rows(dsn, "jit_on"))
 
 
 def connection_room(dsn: str) -> ConnectionRoom:
     """How many connections the server allows and has in use now."""
+    (row,) = _rows(dsn, "connection_room")
+    return ConnectionRoom(int(row[0]), int(row[1]), int(row[2]))
+
+
+def _rows(dsn: str, statement: str) -> list[tuple[Any, ...]]:
+    """The rows of the named statement, on a connection of its own."""
     connector = Connector(dsn)
     try:
         with connector.connection() as conn:
-            row = conn.execute(sql("connection_room")).fetchone()
+            return conn.execute(sql(statement)).fetchall()
     finally:
         connector.close()
-    assert row is not None
-    return ConnectionRoom(int(row[0]), int(row[1]), int(row[2]))

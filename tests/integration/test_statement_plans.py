@@ -30,6 +30,11 @@ pytestmark = pytest.mark.db
 
 ROWS = 1_000_000
 FRESH = 3_000  # rows of the last five minutes, for the look of claim_floors
+UUID7_AT_T = (
+    "encode(substring(int8send((extract(epoch FROM t) * 1000)::bigint) FROM 3) "
+    "|| substring(uuid_send(gen_random_uuid()) FROM 7), 'hex')::uuid"
+)
+"""A UUIDv7 id made at time ``t`` (brooq's ids; the partition is chosen by it)."""
 DAYS = 10
 TOPICS = ["email.send", "report.daily", "image.resize"]
 
@@ -135,8 +140,7 @@ def million(admin: psycopg.Connection[Any], server_url: str, template_db: str) -
         pg.execute(
             "INSERT INTO job (id, topic, payload, state, attempts, available_at, locked_by, "
             "locked_until, idempotency_key, created_at, updated_at) "
-            "SELECT encode(substring(int8send((extract(epoch FROM t) * 1000)::bigint) FROM 3) "
-            "              || substring(uuid_send(gen_random_uuid()) FROM 7), 'hex')::uuid, "
+            f"SELECT {UUID7_AT_T}, "
             "       (%(topics)s::text[])[1 + i %% 3], '{}'::jsonb, "
             "       CASE WHEN i %% 100 < 95 THEN (ARRAY['done', 'dead', 'canceled'])[1 + i %% 3] "
             "            WHEN i %% 100 < 98 THEN 'pending' WHEN i %% 100 < 99 THEN 'failed' "
@@ -339,8 +343,7 @@ def test_generic_floors_plan_looks_for_fresh_rows_by_transaction_in_the_newest_p
     with conn.transaction(force_rollback=True):
         conn.execute(  # what came in the last minutes, where the look reads
             "INSERT INTO job (id, topic, payload, state, available_at, created_at, updated_at) "
-            "SELECT encode(substring(int8send((extract(epoch FROM t) * 1000)::bigint) FROM 3) "
-            "              || substring(uuid_send(gen_random_uuid()) FROM 7), 'hex')::uuid, "
+            f"SELECT {UUID7_AT_T}, "
             "       (%(topics)s::text[])[1 + i %% 3], '{}', 'pending', t, t, t "
             "FROM generate_series(1, %(fresh)s) AS i, "
             "     LATERAL (SELECT now() - make_interval(secs => i * 0.1)) AS at(t)",

@@ -153,9 +153,10 @@ def test_snapshot_cells_are_named_pressure_dot_load(capsys: pytest.CaptureFixtur
     assert exited.value.code == 2
     assert "no cell rr.fast; choose from rr.max, rr.half" in capsys.readouterr().err
     assert parse_args(["--snapshot-workers", "8"]).snapshot_workers == 8
-    with pytest.raises(SystemExit):
-        parse_args(["--snapshot-workers", "-1"])
-    assert "--snapshot-workers must be at least 1" in capsys.readouterr().err
+    for bad in ("-1", "0"):
+        with pytest.raises(SystemExit):
+            parse_args(["--snapshot-workers", bad])
+        assert "--snapshot-workers must be at least 1" in capsys.readouterr().err
 
 
 def test_the_spin_spends_its_own_thread_cpu() -> None:
